@@ -1,0 +1,217 @@
+"""Jobs: what a user asks for (`JobSpec`, immutable) and what becomes of it (`Job`, mutable).
+
+Work is measured in *reference seconds*: the time the job would run on `gpus` GPUs of speed 1.0
+(an H100). Running on `g` GPUs of a type with speed factor `s` advances work at `s * g / gpus`
+reference seconds per second (elastic jobs scale linearly between their min and max).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum, IntEnum
+
+from gpu_arbiter.domain.errors import InvalidInput
+
+
+class Tier(IntEnum):
+    """S1: 1 = core training (never preempted), 2 = business fine-tuning (preempted with notice),
+    3 = exploratory (preempted at once)."""
+
+    CORE = 1
+    BUSINESS = 2
+    EXPLORATORY = 3
+
+
+class JobState(str, Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class JobKind(str, Enum):
+    TRAINING = "training"
+    INFERENCE = "inference"
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A request for GPUs. Validated on construction; an invalid spec raises `InvalidInput`.
+
+    `gpu_types` maps each accepted GPU type to the job's speed on it relative to an H100;
+    empty means any type at the catalog speed. `walltime_s` is the user's estimate (what
+    backfill trusts); `duration_s` is the real work, known only to the simulator.
+    """
+
+    id: str
+    team: str
+    tier: Tier = Tier.EXPLORATORY
+    gpus: int = 1
+    duration_s: float = 3600.0
+    submit_s: float = 0.0
+    gpu_types: Mapping[str, float] = field(default_factory=dict)
+    walltime_s: float | None = None
+    min_gpus: int | None = None
+    max_gpus: int | None = None
+    max_racks: int | None = None
+    tp_size: int = 1
+    checkpoint_interval_s: float | None = None
+    power_profile: str = "normal"
+    gpu_milli: int = 1000
+    kind: JobKind = JobKind.TRAINING
+    justification: str | None = None
+    data_locality: str | None = None
+    user: str | None = None
+    command: str | None = None
+
+    def __post_init__(self) -> None:
+        where = f"job {self.id!r}"
+        if not self.id:
+            raise InvalidInput("job: id must not be empty")
+        if not self.team:
+            raise InvalidInput(f"{where}: team must not be empty")
+        try:
+            Tier(self.tier)
+        except ValueError:
+            raise InvalidInput(f"{where}: tier must be 1, 2 or 3, got {self.tier!r}") from None
+        if self.gpus < 1:
+            raise InvalidInput(f"{where}: gpus must be >= 1, got {self.gpus}")
+        if not (self.duration_s > 0 and math.isfinite(self.duration_s)):
+            raise InvalidInput(f"{where}: duration_s must be a positive number, got {self.duration_s}")
+        if not (self.submit_s >= 0 and math.isfinite(self.submit_s)):
+            raise InvalidInput(f"{where}: submit_s must be >= 0, got {self.submit_s}")
+        for name, speed in self.gpu_types.items():
+            if not (speed > 0 and math.isfinite(speed)):
+                raise InvalidInput(f"{where}: speed on {name} must be > 0, got {speed}")
+        if self.walltime_s is not None and self.walltime_s <= 0:
+            raise InvalidInput(f"{where}: walltime_s must be > 0, got {self.walltime_s}")
+        lo, hi = self.elastic_range
+        if not 1 <= lo <= self.gpus <= hi:
+            raise InvalidInput(
+                f"{where}: need 1 <= min_gpus ({lo}) <= gpus ({self.gpus}) <= max_gpus ({hi})"
+            )
+        if self.max_racks is not None and self.max_racks < 1:
+            raise InvalidInput(f"{where}: max_racks must be >= 1, got {self.max_racks}")
+        if self.tp_size < 1 or lo % self.tp_size or hi % self.tp_size or self.gpus % self.tp_size:
+            raise InvalidInput(
+                f"{where}: tp_size {self.tp_size} must divide gpus, min_gpus and max_gpus"
+            )
+        if self.checkpoint_interval_s is not None and self.checkpoint_interval_s <= 0:
+            raise InvalidInput(
+                f"{where}: checkpoint_interval_s must be > 0, got {self.checkpoint_interval_s}"
+            )
+        if self.power_profile not in ("normal", "high"):
+            raise InvalidInput(
+                f"{where}: power_profile must be 'normal' or 'high', got {self.power_profile!r}"
+            )
+        if not 1 <= self.gpu_milli <= 1000:
+            raise InvalidInput(f"{where}: gpu_milli must be in 1..1000, got {self.gpu_milli}")
+        if self.gpu_milli < 1000 and self.gpus != 1:
+            raise InvalidInput(f"{where}: a fractional GPU (gpu_milli < 1000) needs gpus == 1")
+
+    @property
+    def elastic_range(self) -> tuple[int, int]:
+        return (self.min_gpus or self.gpus, self.max_gpus or self.gpus)
+
+    @property
+    def is_elastic(self) -> bool:
+        lo, hi = self.elastic_range
+        return lo != hi
+
+    def speed_on(self, gpu_type: str, catalog_speed: float) -> float | None:
+        """Relative speed of this job on `gpu_type`, or None when the job does not accept it."""
+        if not self.gpu_types:
+            return catalog_speed
+        return self.gpu_types.get(gpu_type)
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """Exactly which GPUs a job holds: `slots` is ((node index, (gpu index, ...)), ...)."""
+
+    gpu_type: str
+    slots: tuple[tuple[int, tuple[int, ...]], ...]
+
+    @property
+    def gpus(self) -> int:
+        return sum(len(g) for _, g in self.slots)
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        return tuple(n for n, _ in self.slots)
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    """The life of one job. The engine and the drivers update it; it does no I/O."""
+
+    spec: JobSpec
+    tier: Tier
+    state: JobState = JobState.PENDING
+    allocation: Allocation | None = None
+    speed: float = 0.0  # speed factor on the current allocation's GPU type
+    borrowed: bool = False  # running beyond its team's guaranteed quota (S2)
+    preempting: bool = False  # a Preempt decision is out and the job has not stopped yet
+    progress_s: float = 0.0  # reference seconds of work done and not lost
+    checkpoint_s: float = 0.0  # progress saved by the last checkpoint
+    updated_at: float = 0.0  # time progress_s was last brought up to date
+    started_at: float | None = None  # start of the current run
+    first_start: float | None = None
+    finished_at: float | None = None
+    queued_since: float = 0.0
+    queue_s: float = 0.0  # total time spent pending
+    attained_gpu_s: float = 0.0  # GPU-seconds received (for least-attained-service policies)
+    busy_gpu_s: float = 0.0  # GPU-seconds held
+    lost_gpu_s: float = 0.0  # GPU-seconds whose progress was thrown away
+    preemptions: int = 0
+    restarts: int = 0
+    failure_demoted: bool = False
+    seq: int = 0
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def team(self) -> str:
+        return self.spec.team
+
+    @property
+    def gpus_held(self) -> int:
+        return self.allocation.gpus if self.allocation else 0
+
+    @property
+    def rate(self) -> float:
+        """Reference seconds of work per wall second on the current allocation."""
+        if self.allocation is None:
+            return 0.0
+        return self.speed * self.allocation.gpus / self.spec.gpus
+
+    @property
+    def remaining_s(self) -> float:
+        return max(0.0, self.spec.duration_s - self.progress_s)
+
+    def advance(self, now: float) -> None:
+        """Bring progress and GPU-time counters up to `now` (the job keeps its allocation)."""
+        dt = now - self.updated_at
+        if dt > 0 and self.allocation is not None:
+            held = self.allocation.gpus
+            self.progress_s = min(self.spec.duration_s, self.progress_s + self.rate * dt)
+            self.busy_gpu_s += held * dt
+            self.attained_gpu_s += held * dt
+        self.updated_at = max(self.updated_at, now)
+
+    def expected_end(self, now: float) -> float:
+        """When the job should end by its user's estimate (walltime), for backfill reservations."""
+        if self.started_at is None:
+            return math.inf
+        estimate = self.spec.walltime_s
+        if estimate is None:
+            return math.inf
+        rate = self.rate or 1.0
+        # Scale the estimate (given for the requested size on an H100) to the actual rate.
+        done_estimate = self.progress_s / self.spec.duration_s * estimate
+        return now + max(0.0, estimate - done_estimate) / rate
