@@ -1,0 +1,74 @@
+"""`arbiter bill`: per-team bills from a simulation run directory (E5, E6).
+
+Reads RESULTS_DIR/ledger.jsonl (written by `Ledger.to_jsonl`) and, when present,
+RESULTS_DIR/usage.json with the useful GPU-seconds (goodput, F4) of each team::
+
+    {"useful_gpu_seconds": {"vision": 1234567.0, "nlp": 89012.5}}
+
+Teams missing from usage.json fall back to the useful GPU-seconds recorded on their charges.
+Money uses the default price table's credit value unless `--prices FILE` gives another.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from gpu_arbiter.domain import InvalidInput
+from gpu_arbiter.economy.ledger import Ledger
+from gpu_arbiter.economy.prices import PriceTable
+from gpu_arbiter.economy.report import render_bills, team_bills
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bill")(bill)
+
+
+def bill(
+    from_sim: Annotated[
+        Path, typer.Option("--from-sim", help="Simulation results directory with ledger.jsonl.")
+    ],
+    prices: Annotated[
+        Path | None, typer.Option("--prices", help="Price table YAML (for credit value).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Print what each team used and paid in a simulation run, in credits and in money."""
+    ledger_path = from_sim / "ledger.jsonl"
+    if not ledger_path.is_file():
+        raise InvalidInput(f"bill: {ledger_path} not found (is {from_sim} a simulation run?)")
+    ledger = Ledger.from_jsonl(ledger_path)
+    table = PriceTable.from_yaml(prices) if prices else PriceTable()
+    bills = team_bills(ledger, prices=table, useful_gpu_seconds=read_usage(from_sim / "usage.json"))
+    if as_json:
+        typer.echo(json.dumps([b.to_dict() for b in bills], indent=2))
+    else:
+        Console().print(render_bills(bills, title=f"Chargeback: {from_sim}"))
+
+
+def read_usage(path: Path) -> dict[str, float]:
+    """Useful GPU-seconds per team from usage.json; an absent file means none given."""
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise InvalidInput(f"usage file {path}: not readable JSON ({e})") from None
+    useful = data.get("useful_gpu_seconds") if isinstance(data, dict) else None
+    if not isinstance(useful, dict):
+        raise InvalidInput(
+            f"usage file {path}: useful_gpu_seconds must be a mapping team -> seconds"
+        )
+    out: dict[str, float] = {}
+    for team, seconds in useful.items():
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise InvalidInput(f"usage file {path}: useful_gpu_seconds.{team} must be a number")
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise InvalidInput(f"usage file {path}: useful_gpu_seconds.{team} must be >= 0")
+        out[team] = float(seconds)
+    return out

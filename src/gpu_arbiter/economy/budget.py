@@ -1,0 +1,145 @@
+"""E1 budgets: credits per team per period, granted through the ledger, and what happens when
+a team has spent them.
+
+Periods are fixed windows of `period_s` seconds (default 30 days) counted from `epoch_s`;
+period `k` covers [epoch + k·period, epoch + (k+1)·period) and is named `p<k>`. A driver calls
+`open_period(now)` (cheap and idempotent, e.g. once per scheduling cycle): it posts a grant to
+every team that has a budget and has not yet been granted for the period containing `now`.
+
+What a team has left is derived from the ledger, never stored:
+
+* default (`carry_over=False`, use-it-or-lose-it shadow budget): the net of the team account's
+  postings dated in the current period (its grant less that period's charges plus refunds).
+  Unspent credits do not roll over, so hoarding credits cannot buy a later monopoly.
+* `carry_over=True`: the team account's lifetime balance.
+
+A team without a budget (not in the mapping) is not metered: it can always spend.
+
+An exhausted team (nothing left) keeps running work, but new admissions are capped at
+`exhausted_tier` (default tier 3: preemptible, exploratory only). The engine asks
+`effective_tier(team, requested_tier, now)` at admission; it is a lookup, not a scan, because
+each team's postings are folded once and cached per period as the append-only ledger grows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from gpu_arbiter.domain import InvalidInput, Team, Tier
+from gpu_arbiter.economy.ledger import GRANT, Entry, Ledger, team_account
+
+DEFAULT_PERIOD_S = 30 * 86_400.0
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetPolicy:
+    period_s: float = DEFAULT_PERIOD_S
+    epoch_s: float = 0.0
+    exhausted_tier: Tier = Tier.EXPLORATORY
+    carry_over: bool = False
+
+    def __post_init__(self) -> None:
+        if not (self.period_s > 0 and math.isfinite(self.period_s)):
+            raise InvalidInput(f"budget: period_s must be > 0, got {self.period_s}")
+        if not math.isfinite(self.epoch_s):
+            raise InvalidInput(f"budget: epoch_s must be finite, got {self.epoch_s}")
+        try:
+            Tier(self.exhausted_tier)
+        except ValueError:
+            raise InvalidInput(
+                f"budget: exhausted_tier must be 1, 2 or 3, got {self.exhausted_tier!r}"
+            ) from None
+
+
+class Budgets:
+    """Per-team budgets over one ledger. Only `open_period` writes (grants) to the ledger."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        budgets: Mapping[str, float],
+        policy: BudgetPolicy | None = None,
+    ) -> None:
+        for team, credits in budgets.items():
+            if not (credits >= 0 and math.isfinite(credits)):
+                raise InvalidInput(f"budget for team {team}: must be >= 0 credits, got {credits}")
+        self.ledger = ledger
+        self.budgets = dict(budgets)
+        self.policy = policy or BudgetPolicy()
+        # Per team: how many of its account's entries are folded, net credits per period index,
+        # and the periods it was granted. Derived from the ledger; extended, never rewritten.
+        self._folded: dict[str, int] = {}
+        self._net: dict[str, dict[int, float]] = {}
+        self._granted: dict[str, set[str]] = {}
+
+    @classmethod
+    def for_teams(
+        cls, ledger: Ledger, teams: Iterable[Team], policy: BudgetPolicy | None = None
+    ) -> Budgets:
+        """Budgets from `Team.budget_per_period`; teams with None are not metered."""
+        return cls(
+            ledger,
+            {t.name: t.budget_per_period for t in teams if t.budget_per_period is not None},
+            policy,
+        )
+
+    # -- periods -------------------------------------------------------------------------------
+
+    def period_index(self, now: float) -> int:
+        return math.floor((now - self.policy.epoch_s) / self.policy.period_s)
+
+    def period_start(self, index: int) -> float:
+        return self.policy.epoch_s + index * self.policy.period_s
+
+    @staticmethod
+    def period_name(index: int) -> str:
+        return f"p{index}"
+
+    def open_period(self, now: float) -> list[Entry]:
+        """Grant each budgeted team its credits for the period containing `now`, once."""
+        index = self.period_index(now)
+        name = self.period_name(index)
+        posted = []
+        for team, credits in self.budgets.items():
+            self._fold(team)
+            if name not in self._granted[team]:
+                posted.append(self.ledger.grant(team, credits, name, self.period_start(index)))
+        return posted
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def remaining(self, team: str, now: float) -> float:
+        """Credits `team` may still spend at `now`; `math.inf` for a team without a budget."""
+        if team not in self.budgets:
+            return math.inf
+        if self.policy.carry_over:
+            return self.ledger.balance(team_account(team))
+        self._fold(team)
+        return self._net[team].get(self.period_index(now), 0.0)
+
+    def can_spend(self, team: str, now: float) -> bool:
+        return self.remaining(team, now) > 0
+
+    def effective_tier(self, team: str, requested_tier: Tier | int, now: float) -> Tier:
+        """The tier to admit a job at: as asked, or no better than `exhausted_tier` once the
+        team's budget is spent (a larger tier number is a lower priority)."""
+        tier = Tier(requested_tier)
+        if self.can_spend(team, now):
+            return tier
+        return Tier(max(tier, self.policy.exhausted_tier))
+
+    def _fold(self, team: str) -> None:
+        account = team_account(team)
+        new = self.ledger.entries(account, since=self._folded.get(team, 0))
+        net = self._net.setdefault(team, {})
+        granted = self._granted.setdefault(team, set())
+        for e in new:
+            index = self.period_index(e.at)
+            net[index] = net.get(index, 0.0) + sum(
+                p.amount for p in e.postings if p.account == account
+            )
+            if e.kind == GRANT and e.period is not None:
+                granted.add(e.period)
+        self._folded[team] = self._folded.get(team, 0) + len(new)

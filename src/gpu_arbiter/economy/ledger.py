@@ -1,0 +1,407 @@
+"""E6 ledger: append-only, balanced, double-entry, auditable back to job-seconds.
+
+Every entry moves credits between exactly two accounts with two postings that sum to zero:
+
+    grant   grants:<period>  -c   →  team:<name>      +c   (a period's budget, E1)
+    charge  team:<name>      -c   →  cluster:revenue  +c   (GPU-seconds a job held)
+    refund  cluster:revenue  -c   →  team:<name>      +c   (part or all of one earlier charge)
+
+So `balance("team:<name>")` is what the team was granted less what it paid, `cluster:revenue` is
+net income and every `grants:<period>` is minus what that period handed out; all balances sum to
+zero. Balances are always summed from postings (`math.fsum`), never kept as running totals, so
+they cannot drift from the entries.
+
+A charge carries the job id, GPU type, tier, GPU count and the interval [start, end) that caused
+it, with `gpu_seconds = gpus × (end - start)`, plus the list price and discount it was billed at,
+so `credits == price × gpu_seconds / 3600 × (1 - discount)` can be rechecked by an auditor. A
+refund names the charge it returns (`refund_of`) and can never return more than that charge less
+its earlier refunds.
+
+Entries are frozen and the ledger has no update or delete: a mistake is corrected by a refund.
+`to_jsonl`/`from_jsonl` write and read one JSON object per line; reading re-validates every entry
+exactly as posting does, so a hand-edited file that breaks an invariant is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gpu_arbiter.domain import ArbiterError, InvalidInput, Tier
+from gpu_arbiter.economy._config import first_error
+
+GRANT = "grant"
+CHARGE = "charge"
+REFUND = "refund"
+REVENUE = "cluster:revenue"
+_KINDS = (GRANT, CHARGE, REFUND)
+
+
+def team_account(team: str) -> str:
+    return f"team:{team}"
+
+
+def grants_account(period: str) -> str:
+    return f"grants:{period}"
+
+
+class LedgerError(ArbiterError):
+    """The ledger broke one of its invariants; only a bug or a tampered store can cause it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Posting:
+    """`amount` credits added to `account`'s balance (negative: taken from it)."""
+
+    account: str
+    amount: float
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One immutable ledger line. `seq` is its position; fields not used by `kind` are None."""
+
+    seq: int
+    kind: str
+    at: float
+    team: str
+    credits: float
+    postings: tuple[Posting, Posting]
+    reason: str
+    period: str | None = None
+    job_id: str | None = None
+    gpu_type: str | None = None
+    tier: Tier | None = None
+    gpus: float | None = None
+    start: float | None = None
+    end: float | None = None
+    gpu_seconds: float | None = None
+    preemptible: bool | None = None
+    price: float | None = None
+    discount: float | None = None
+    useful_gpu_seconds: float | None = None
+    refund_of: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able dict; fields that are None are left out to keep lines short."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "postings":
+                value = [[p.account, p.amount] for p in value]
+            elif f.name == "tier" and value is not None:
+                value = int(value)
+            if value is not None:
+                out[f.name] = value
+        return out
+
+
+class Ledger:
+    """The append-only book. Posting methods validate first and change nothing on error."""
+
+    def __init__(self) -> None:
+        self._entries: list[Entry] = []
+        # Indexes of entry positions, rebuilt from the entries themselves (derived, not state).
+        self._by_account: dict[str, list[int]] = {}
+        self._by_job: dict[str, list[int]] = {}
+        self._refunded: dict[int, float] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    # -- posting -------------------------------------------------------------------------------
+
+    def grant(self, team: str, credits: float, period: str, at: float) -> Entry:
+        """Give `team` its budget for `period` (E1)."""
+        return self._append(
+            Entry(
+                seq=len(self._entries),
+                kind=GRANT,
+                at=float(at),
+                team=team,
+                credits=float(credits),
+                postings=_postings(GRANT, team, float(credits), period),
+                reason=f"budget for {period}",
+                period=period,
+            )
+        )
+
+    def charge(
+        self,
+        job_id: str,
+        team: str,
+        credits: float,
+        gpu_type: str,
+        tier: Tier | int,
+        start: float,
+        end: float,
+        gpus: float,
+        reason: str,
+        at: float,
+        *,
+        preemptible: bool = False,
+        price: float | None = None,
+        discount: float = 0.0,
+        useful_gpu_seconds: float | None = None,
+    ) -> Entry:
+        """Charge `team` for `gpus` GPUs of `gpu_type` held by `job_id` over [start, end)."""
+        return self._append(
+            Entry(
+                seq=len(self._entries),
+                kind=CHARGE,
+                at=float(at),
+                team=team,
+                credits=float(credits),
+                postings=_postings(CHARGE, team, float(credits)),
+                reason=reason,
+                job_id=job_id,
+                gpu_type=gpu_type,
+                tier=_tier(tier, len(self._entries)),
+                gpus=float(gpus),
+                start=float(start),
+                end=float(end),
+                gpu_seconds=float(gpus) * (float(end) - float(start)),
+                preemptible=preemptible,
+                price=_opt_float(price),
+                discount=float(discount),
+                useful_gpu_seconds=_opt_float(useful_gpu_seconds),
+            )
+        )
+
+    def refund(self, of_entry: Entry | int, credits: float, reason: str, at: float) -> Entry:
+        """Return `credits` of an earlier charge to its team."""
+        seq = of_entry.seq if isinstance(of_entry, Entry) else of_entry
+        original = self._charge_at(seq, len(self._entries))
+        if isinstance(of_entry, Entry) and of_entry != original:
+            raise InvalidInput(f"refund: entry {seq} is not the charge in this ledger")
+        return self._append(
+            Entry(
+                seq=len(self._entries),
+                kind=REFUND,
+                at=float(at),
+                team=original.team,
+                credits=float(credits),
+                postings=_postings(REFUND, original.team, float(credits)),
+                reason=reason,
+                job_id=original.job_id,
+                refund_of=seq,
+            )
+        )
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def balance(self, account: str) -> float:
+        return math.fsum(
+            p.amount
+            for i in self._by_account.get(account, ())
+            for p in self._entries[i].postings
+            if p.account == account
+        )
+
+    def entries(self, account: str | None = None, since: int = 0) -> tuple[Entry, ...]:
+        """All entries, or those touching `account`; `since` skips that many of them first,
+        so a reader that folds the ledger incrementally only looks at what is new."""
+        if account is None:
+            return tuple(self._entries[since:])
+        return tuple(self._entries[i] for i in self._by_account.get(account, [])[since:])
+
+    def audit(self, job_id: str) -> tuple[Entry, ...]:
+        """Every charge and refund of `job_id`, in order: each charge names its GPU-seconds."""
+        return tuple(self._entries[i] for i in self._by_job.get(job_id, ()))
+
+    def refunded(self, charge: Entry | int) -> float:
+        """Credits already refunded of a charge."""
+        return self._refunded.get(charge.seq if isinstance(charge, Entry) else charge, 0.0)
+
+    def check_balanced(self) -> None:
+        """Raise `LedgerError` unless every entry and the whole book sum to zero."""
+        for e in self._entries:
+            if len(e.postings) != 2 or math.fsum(p.amount for p in e.postings) != 0.0:
+                raise LedgerError(f"ledger entry {e.seq} does not balance: {e.postings}")
+        total = math.fsum(p.amount for e in self._entries for p in e.postings)
+        if total != 0.0:
+            raise LedgerError(f"ledger does not balance: postings sum to {total}")
+
+    # -- files ---------------------------------------------------------------------------------
+
+    def to_jsonl(self, path: str | Path) -> None:
+        with Path(path).open("w") as f:
+            for e in self._entries:
+                f.write(json.dumps(e.to_json(), allow_nan=False) + "\n")
+
+    @classmethod
+    def from_jsonl(cls, path: str | Path) -> Ledger:
+        p = Path(path)
+        try:
+            lines = p.read_text().splitlines()
+        except OSError as e:
+            raise InvalidInput(f"ledger file {p}: cannot read ({e.strerror})") from None
+        return cls.from_lines(lines, source=f"ledger file {p}")
+
+    @classmethod
+    def from_lines(cls, lines: Iterable[str], source: str = "ledger") -> Ledger:
+        """Rebuild a ledger from JSON lines, re-checking every invariant of posting."""
+        ledger = cls()
+        for n, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            where = f"{source} line {n}"
+            try:
+                model = _EntryModel.model_validate_json(line)
+            except ValidationError as e:
+                raise first_error(where, e) from None
+            try:
+                ledger._append(model.to_entry())
+            except InvalidInput as e:
+                raise InvalidInput(f"{where}: {e}") from None
+        return ledger
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _append(self, entry: Entry) -> Entry:
+        _check(entry, len(self._entries))
+        if entry.kind == REFUND:
+            assert entry.refund_of is not None
+            original = self._charge_at(entry.refund_of, entry.seq)
+            left = original.credits - self.refunded(original)
+            if entry.credits > left + 1e-9 * max(1.0, original.credits):
+                raise InvalidInput(
+                    f"refund: {entry.credits} credits exceed the {left} left of charge "
+                    f"{original.seq}"
+                )
+            if (entry.team, entry.job_id) != (original.team, original.job_id):
+                raise InvalidInput(f"refund: team and job must match charge {original.seq}")
+        self._entries.append(entry)
+        for p in entry.postings:
+            self._by_account.setdefault(p.account, []).append(entry.seq)
+        if entry.job_id is not None:
+            self._by_job.setdefault(entry.job_id, []).append(entry.seq)
+        if entry.refund_of is not None:
+            self._refunded[entry.refund_of] = self.refunded(entry.refund_of) + entry.credits
+        return entry
+
+    def _charge_at(self, seq: int, now_seq: int) -> Entry:
+        if not 0 <= seq < len(self._entries) or self._entries[seq].kind != CHARGE:
+            raise InvalidInput(f"ledger entry {now_seq}: refund_of {seq} is not a charge")
+        return self._entries[seq]
+
+
+def _postings(
+    kind: str, team: str, credits: float, period: str | None = None
+) -> tuple[Posting, Posting]:
+    """The only two-posting shapes the ledger accepts, one per kind."""
+    acct = team_account(team)
+    if kind == GRANT:
+        return Posting(grants_account(period or ""), -credits), Posting(acct, credits)
+    if kind == CHARGE:
+        return Posting(acct, -credits), Posting(REVENUE, credits)
+    return Posting(REVENUE, -credits), Posting(acct, credits)
+
+
+def _opt_float(value: float | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _tier(tier: Tier | int, seq: int) -> Tier:
+    try:
+        return Tier(tier)
+    except ValueError:
+        raise InvalidInput(f"ledger entry {seq}: tier must be 1, 2 or 3, got {tier!r}") from None
+
+
+def _finite(value: float | None, name: str, where: str, minimum: float | None = None) -> None:
+    if value is None or not math.isfinite(value):
+        raise InvalidInput(f"{where}: {name} must be a finite number, got {value}")
+    if minimum is not None and value < minimum:
+        raise InvalidInput(f"{where}: {name} must be >= {minimum}, got {value}")
+
+
+def _check(e: Entry, seq: int) -> None:
+    """Refuse an entry that is not exactly what the posting method for its kind would build."""
+    where = f"ledger entry {seq}"
+    if e.seq != seq:
+        raise InvalidInput(f"{where}: seq must be {seq}, got {e.seq}")
+    if e.kind not in _KINDS:
+        raise InvalidInput(f"{where}: kind must be one of {', '.join(_KINDS)}, got {e.kind!r}")
+    if not e.team:
+        raise InvalidInput(f"{where}: team must not be empty")
+    if not e.reason:
+        raise InvalidInput(f"{where}: reason must not be empty")
+    _finite(e.at, "at", where)
+    _finite(e.credits, "credits", where, minimum=0.0)
+    if e.kind == GRANT and not e.period:
+        raise InvalidInput(f"{where}: a grant needs a period")
+    if e.postings != _postings(e.kind, e.team, e.credits, e.period):
+        raise InvalidInput(f"{where}: postings do not match a balanced {e.kind}")
+    if e.kind == REFUND and e.refund_of is None:
+        raise InvalidInput(f"{where}: a refund needs refund_of")
+    if e.kind != CHARGE:
+        return
+    if not e.job_id or not e.gpu_type or e.tier is None:
+        raise InvalidInput(f"{where}: a charge needs job_id, gpu_type and tier")
+    _finite(e.gpus, "gpus", where)
+    _finite(e.start, "start", where)
+    _finite(e.end, "end", where)
+    _finite(e.discount, "discount", where, minimum=0.0)
+    assert e.gpus is not None and e.start is not None and e.end is not None
+    if e.gpus <= 0:
+        raise InvalidInput(f"{where}: gpus must be > 0, got {e.gpus}")
+    if e.end < e.start:
+        raise InvalidInput(f"{where}: end ({e.end}) must not be before start ({e.start})")
+    held = e.gpus * (e.end - e.start)
+    if e.gpu_seconds is None or not math.isclose(e.gpu_seconds, held, rel_tol=1e-9, abs_tol=1e-9):
+        raise InvalidInput(f"{where}: gpu_seconds must be gpus × (end - start) = {held}")
+    if e.price is not None:
+        _finite(e.price, "price", where, minimum=0.0)
+    if e.useful_gpu_seconds is not None:
+        _finite(e.useful_gpu_seconds, "useful_gpu_seconds", where, minimum=0.0)
+        if e.useful_gpu_seconds > held * (1 + 1e-9) + 1e-9:
+            raise InvalidInput(
+                f"{where}: useful_gpu_seconds ({e.useful_gpu_seconds}) exceed gpu_seconds ({held})"
+            )
+
+
+_Finite = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class _EntryModel(BaseModel):
+    """The JSON-lines shape of an `Entry`; types only, the ledger checks the invariants."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seq: int
+    kind: Literal["grant", "charge", "refund"]
+    at: _Finite
+    team: str
+    credits: _Finite
+    postings: tuple[tuple[str, _Finite], tuple[str, _Finite]]
+    reason: str
+    period: str | None = None
+    job_id: str | None = None
+    gpu_type: str | None = None
+    tier: Literal[1, 2, 3] | None = None
+    gpus: _Finite | None = None
+    start: _Finite | None = None
+    end: _Finite | None = None
+    gpu_seconds: _Finite | None = None
+    preemptible: bool | None = None
+    price: _Finite | None = None
+    discount: _Finite | None = None
+    useful_gpu_seconds: _Finite | None = None
+    refund_of: int | None = None
+
+    def to_entry(self) -> Entry:
+        data = self.model_dump()
+        (a, x), (b, y) = data.pop("postings")
+        tier = data.pop("tier")
+        return Entry(
+            **data,
+            postings=(Posting(a, x), Posting(b, y)),
+            tier=None if tier is None else Tier(tier),
+        )
