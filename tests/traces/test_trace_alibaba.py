@@ -1,0 +1,139 @@
+"""Alibaba cluster-trace-gpu-v2023: pods to jobs, and the real node list to a cluster."""
+
+import csv
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from gpu_arbiter.domain import GpuType, InvalidInput, Tier
+from gpu_arbiter.traces.alibaba import (
+    ALIBABA_GPU_TYPES,
+    ALIBABA_SOURCE_SPEED,
+    NODES_PER_RACK,
+    alibaba_cluster,
+    read_alibaba,
+)
+from gpu_arbiter.traces.base import ReadStats, TraceOptions
+from gpu_arbiter.traces.hardware import POWER_HEADROOM
+
+
+@pytest.fixture
+def pods(traces_dir: Path) -> dict:
+    return {j.id: j for j in read_alibaba(traces_dir / "openb_pod_list_sample.csv")}
+
+
+def test_a_pod_maps_to_a_job_in_reference_seconds(pods: dict) -> None:
+    job = pods["openb-pod-0017"]  # 8 x G2, Burstable, scheduled 9437497, deleted 10769854
+    g2 = ALIBABA_GPU_TYPES["G2"].speed
+    assert (job.gpus, job.gpu_milli, job.tier) == (8, 1000, Tier.BUSINESS)
+    assert job.gpu_types == {"G2": g2}
+    assert job.duration_s == pytest.approx((10769854 - 9437497) * g2)
+    assert job.submit_s == 9437497  # the trace starts at creation time 0
+    assert job.team.startswith("team-") and job.user is None
+
+
+def test_qos_picks_the_tier(pods: dict) -> None:
+    assert pods["openb-pod-0000"].tier == Tier.CORE  # LS
+    assert pods["openb-pod-0129"].tier == Tier.CORE  # Guaranteed
+    assert pods["openb-pod-0022"].tier == Tier.EXPLORATORY  # BE
+
+
+def test_a_gpu_share_on_one_gpu_is_a_fractional_job(pods: dict) -> None:
+    job = pods["openb-pod-0001"]
+    assert (job.gpus, job.gpu_milli) == (1, 460)
+
+
+def test_gpu_spec_limits_the_accepted_models_and_sets_the_source_speed(pods: dict) -> None:
+    wide = pods["openb-pod-0021"]  # G2|P100|T4|V100M16|V100M32, 440 milli
+    assert set(wide.gpu_types) == {"G2", "P100", "T4", "V100M16", "V100M32"}
+    assert wide.gpu_types["T4"] == ALIBABA_GPU_TYPES["T4"].speed
+    mean = sum(wide.gpu_types.values()) / 5
+    assert wide.duration_s == pytest.approx((12902960 - 9671708) * mean)
+    repeated = pods["openb-pod-0527"]  # "V100M16|V100M32|V100M32"
+    assert list(repeated.gpu_types) == ["V100M16", "V100M32"]
+    assert pods["openb-pod-0000"].gpu_types == {}  # no spec: any model
+
+
+def test_a_pod_never_scheduled_runs_from_its_creation(pods: dict) -> None:
+    job = pods["openb-pod-0061"]  # Pending: created 10001278, deleted 10001403
+    assert job.duration_s == pytest.approx(125 * ALIBABA_SOURCE_SPEED)
+
+
+def test_cpu_only_and_zero_duration_pods_are_counted_not_replayed(traces_dir: Path) -> None:
+    stats = ReadStats(source="sample")
+    got = list(read_alibaba(traces_dir / "openb_pod_list_sample.csv", None, stats))
+    with (traces_dir / "openb_pod_list_sample.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    cpu_only = sum(r["num_gpu"] == "0" for r in rows)
+    assert stats.skipped == Counter(cpu_only=cpu_only, zero_duration=1)  # pod-7285
+    assert stats.rows == len(rows) and stats.jobs == len(got) == len(rows) - cpu_only - 1
+    assert not stats.bad
+
+
+def test_bad_rows_are_counted_with_their_row_numbers(traces_dir: Path) -> None:
+    stats = ReadStats(source="bad")
+    got = list(read_alibaba(traces_dir / "openb_pod_list_bad.csv", None, stats))
+    assert [j.id for j in got] == ["openb-pod-0000", "openb-pod-0017"]
+    assert stats.bad_rows == {
+        "columns": [3],
+        "num_gpu": [4],
+        "gpu_spec": [5],
+        "deletion_time": [6],
+        "gpu_milli": [7],
+        "id": [9],
+    }
+    assert "6 bad" in stats.summary()
+
+
+def test_strict_mode_raises_on_the_first_bad_row(traces_dir: Path) -> None:
+    path = traces_dir / "openb_pod_list_bad.csv"
+    with pytest.raises(InvalidInput, match=r"openb_pod_list_bad\.csv: row 3: columns"):
+        list(read_alibaba(path, TraceOptions(strict=True)))
+
+
+def test_a_pod_list_without_times_is_refused(traces_dir: Path) -> None:
+    jobs = read_alibaba(traces_dir / "openb_pod_list_multigpu_head.csv")
+    with pytest.raises(InvalidInput, match="missing columns qos, creation_time, deletion_time"):
+        next(jobs)
+
+
+def test_cluster_matches_the_real_node_list(traces_dir: Path) -> None:
+    path = traces_dir / "openb_node_list_gpu_node.csv"
+    with path.open() as f:
+        rows = [r for r in csv.DictReader(f) if int(r["gpu"]) > 0]
+    per_model = Counter()
+    for r in rows:
+        per_model[r["model"]] += int(r["gpu"])
+    cluster = alibaba_cluster(path)
+    assert len(cluster.nodes) == len(rows) == 1213
+    assert cluster.total_gpus == sum(per_model.values())
+    assert cluster.gpus_by_type() == dict(per_model)
+    assert cluster.node("openb-node-0000").gpus == int(rows[0]["gpu"])
+
+
+def test_racks_hold_up_to_16_nodes_of_one_model_with_generous_power(traces_dir: Path) -> None:
+    cluster = alibaba_cluster(traces_dir / "openb_node_list_gpu_node.csv")
+    members: dict[str, list] = {}
+    for node in cluster.nodes:
+        members.setdefault(node.rack, []).append(node)
+    for rack, nodes in members.items():
+        assert 1 <= len(nodes) <= NODES_PER_RACK
+        assert {n.gpu_type for n in nodes} == {rack.split("-r")[0]}
+        draw = sum(n.idle_power_w + n.gpus * cluster.gpu_types[n.gpu_type].power_w for n in nodes)
+        assert cluster.racks[rack].power_cap_w == pytest.approx(POWER_HEADROOM * draw)
+    assert len(members["G2-r00"]) == NODES_PER_RACK
+    assert alibaba_cluster(traces_dir / "openb_node_list_gpu_node.csv").nodes == cluster.nodes
+
+
+def test_gpu_type_figures_can_be_overridden(traces_dir: Path) -> None:
+    faster = GpuType("G2", speed=0.87, power_w=400, memory_gib=80)
+    cluster = alibaba_cluster(traces_dir / "openb_node_list_gpu_node.csv", {"G2": faster})
+    assert cluster.gpu_types["G2"] == faster
+
+
+def test_a_node_of_an_unknown_model_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "nodes.csv"
+    path.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,1000,1024,8,H800\n")
+    with pytest.raises(InvalidInput, match="row 2: model: unknown GPU model 'H800'"):
+        alibaba_cluster(path)
