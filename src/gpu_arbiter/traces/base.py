@@ -13,8 +13,10 @@ from __future__ import annotations
 import csv
 import hashlib
 import math
+from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -193,10 +195,10 @@ class Reporter:
         self.stats.add_bad(row, self.prefix + field_name)
 
 
-RecordPass = Callable[[Reporter], Iterator[tuple[int, Any]]]
+RecordPass = Callable[[Reporter], Generator[tuple[int, Any], None, None]]
 
 
-class TraceReader:
+class TraceReader(ABC):
     """One trace format. Subclasses set the class attributes and implement `records`/`parse`.
 
     `records` prepares a file once (it may index a side file, reporting its bad rows to
@@ -217,11 +219,11 @@ class TraceReader:
             raise InvalidInput(f"{self.name} trace: file not found: {path}")
         return path
 
-    def records(self, path: Path, report: Reporter) -> RecordPass:
-        raise NotImplementedError
+    @abstractmethod
+    def records(self, path: Path, report: Reporter) -> RecordPass: ...
 
-    def parse(self, row: int, record: Any) -> TraceRecord | Skip:
-        raise NotImplementedError
+    @abstractmethod
+    def parse(self, row: int, record: Any) -> TraceRecord | Skip: ...
 
     def read(
         self,
@@ -268,25 +270,30 @@ class TraceReader:
     def _candidates(
         self, read_pass: RecordPass, options: TraceOptions, report: Reporter
     ) -> Iterator[tuple[TraceRecord, int]]:
-        """Parsed, de-duplicated records up to the limit; both passes see exactly the same."""
+        """Parsed, de-duplicated records up to the limit; both passes see exactly the same.
+
+        Ids are remembered to refuse duplicates: memory grows with the number of jobs (as it
+        does for whoever keeps the jobs), not with the file.
+        """
         seen: set[str] = set()
-        for row, raw in read_pass(report):
-            if options.limit is not None and len(seen) >= options.limit:
-                return
-            report.stats.rows += 1
-            try:
-                parsed = self.parse(row, raw)
-            except BadField as exc:
-                report.bad(row, exc.field, exc.message)
-                continue
-            if isinstance(parsed, Skip):
-                report.stats.skipped[parsed.reason] += 1
-                continue
-            if parsed.id in seen:
-                report.bad(row, "id", f"duplicate job id {parsed.id!r}")
-                continue
-            seen.add(parsed.id)
-            yield parsed, row
+        with closing(read_pass(report)) as rows:
+            for row, raw in rows:
+                if options.limit is not None and len(seen) >= options.limit:
+                    return
+                report.stats.rows += 1
+                try:
+                    parsed = self.parse(row, raw)
+                except BadField as exc:
+                    report.bad(row, exc.field, exc.message)
+                    continue
+                if isinstance(parsed, Skip):
+                    report.stats.skipped[parsed.reason] += 1
+                    continue
+                if parsed.id in seen:
+                    report.bad(row, "id", f"duplicate job id {parsed.id!r}")
+                    continue
+                seen.add(parsed.id)
+                yield parsed, row
 
 
 class _Assigner:
@@ -352,10 +359,11 @@ def unit_hash(seed: int, salt: str, key: str) -> float:
 
 def as_int(raw: str | None, field_name: str) -> int:
     """An integer field; "3.0" is accepted (some exports write integers as floats)."""
-    try:
-        return int(raw)  # type: ignore[arg-type]  # the common case, checked below otherwise
-    except (TypeError, ValueError):
-        pass
+    if raw is not None:
+        try:
+            return int(raw)  # the common case; anything else gets the checks below
+        except ValueError:
+            pass
     value = as_float(raw, field_name)
     if value != int(value):
         raise BadField(field_name, f"not a whole number: {raw!r}")
@@ -403,7 +411,7 @@ def csv_rows(
     report: Reporter,
     required: Iterable[str],
     columns: list[str] | None = None,
-) -> Iterator[tuple[int, dict[str, str]]]:
+) -> Generator[tuple[int, dict[str, str]], None, None]:
     """Stream a CSV file as (line number, {column: value}).
 
     The header is the first line unless `columns` names the columns of a headerless file.

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,19 @@ THROUGHPUTS: dict[str, tuple[float, float, float]] = {
     "A3C": (8.23, 4.75, 3.83),
     "CycleGAN": (4.92, 2.45, 0.529),
 }
+# Column positions of the two layouts, by field count.
+_LAYOUTS: dict[int, dict[str, int]] = {
+    10: {
+        "job_type": 0,
+        "command": 1,
+        "total_steps": 5,
+        "scale_factor": 6,
+        "priority_weight": 7,
+        "SLO": 8,
+        "arrival_time": 9,
+    },
+    7: {"job_type": 0, "command": 1, "total_steps": 4, "arrival_time": 5, "scale_factor": 6},
+}
 _BATCH = re.compile(r"^(?P<family>.+?) \(batch size (?P<size>\d+)\)$")
 _FIELDS = frozenset(("job_type", "family", "priority_weight", "priority_class", "SLO"))
 PRIORITY_TIERS: Mapping[str, int] = {"high": 1, "low": 3}
@@ -107,7 +120,7 @@ class GavelReader(TraceReader):
     tier_map = PRIORITY_TIERS
 
     def records(self, path: Path, report: Reporter) -> RecordPass:
-        def read_pass(rep: Reporter) -> Iterator[tuple[int, list[str]]]:
+        def read_pass(rep: Reporter) -> Generator[tuple[int, list[str]], None, None]:
             with path.open(encoding="utf-8", errors="replace") as f:
                 for row, line in enumerate(f, start=1):
                     if line.strip():
@@ -116,27 +129,12 @@ class GavelReader(TraceReader):
         return read_pass
 
     def parse(self, row: int, record: Any) -> TraceRecord | Skip:
-        if len(record) == 10:
-            job_type, command, steps, scale, weight, slo, arrival = (
-                record[0],
-                record[1],
-                record[5],
-                record[6],
-                record[7],
-                record[8],
-                record[9],
-            )
-        elif len(record) == 7:
-            job_type, command, steps, arrival, scale = (
-                record[0],
-                record[1],
-                record[4],
-                record[5],
-                record[6],
-            )
-            weight, slo = "1", "-1"
-        else:
+        layout = _LAYOUTS.get(len(record))
+        if layout is None:
             raise BadField("columns", f"expected 10 (or 7) tab-separated fields, got {len(record)}")
+        col = {name: record[i] for name, i in layout.items()}
+        job_type, weight = col["job_type"], col.get("priority_weight", "1")
+        steps, scale, arrival = col["total_steps"], col["scale_factor"], col["arrival_time"]
         per_gpu = throughput(job_type)
         gpus = as_int(scale, "scale_factor")
         if gpus < 1:
@@ -171,9 +169,9 @@ class GavelReader(TraceReader):
                 "family": match["family"] if match else job_type,
                 "priority_weight": weight.strip(),
                 "priority_class": "high" if priority > 1 else "low" if priority < 1 else "normal",
-                "SLO": slo.strip(),
+                "SLO": col.get("SLO", "-1").strip(),
             },
-            command=command.strip() or None,
+            command=col["command"].strip() or None,
         )
 
 

@@ -26,7 +26,7 @@ the trace records where a task ran, not what it required.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,7 +101,7 @@ class PaiReader(TraceReader):
             task_table, Reporter(str(task_table), report.stats, report.strict, "task.")
         )
 
-        def read_pass(rep: Reporter) -> Iterator[tuple[int, Any]]:
+        def read_pass(rep: Reporter) -> Generator[tuple[int, Any], None, None]:
             for row, job in csv_rows(path, rep, JOB_COLUMNS, columns=JOB_COLUMNS):
                 yield row, (job, tasks.get(job["job_name"]))
 

@@ -21,7 +21,7 @@ chunks), never loaded whole.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,7 @@ _MAX_RECORD_CHARS = 8 << 20
 _FIELDS = frozenset(("jobid", "user", "vc", "status"))
 
 
-def json_array(path: Path, report: Reporter) -> Iterator[tuple[int, Any]]:
+def json_array(path: Path, report: Reporter) -> Generator[tuple[int, Any], None, None]:
     """Stream the elements of a top-level JSON array as (1-based index, element).
 
     A broken element or a truncated file is reported as a bad `json` row, after which the rest
