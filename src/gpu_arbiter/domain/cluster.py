@@ -121,7 +121,9 @@ class Cluster:
             if node.name in by_name:
                 raise InvalidInput(f"cluster {name}: node {node.name!r} declared twice")
             if node.rack not in rack_map:
-                raise InvalidInput(f"cluster {name}: node {node.name!r} is in unknown rack {node.rack!r}")
+                raise InvalidInput(
+                    f"cluster {name}: node {node.name!r} is in unknown rack {node.rack!r}"
+                )
             if node.gpus and node.gpu_type not in types:
                 raise InvalidInput(
                     f"cluster {name}: node {node.name!r} has unknown gpu_type {node.gpu_type!r}"

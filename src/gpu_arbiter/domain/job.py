@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum, IntEnum
+from enum import IntEnum, StrEnum
 
 from gpu_arbiter.domain.errors import InvalidInput
 
@@ -24,7 +24,7 @@ class Tier(IntEnum):
     EXPLORATORY = 3
 
 
-class JobState(str, Enum):
+class JobState(StrEnum):
     PENDING = "pending"
     RUNNING = "running"
     COMPLETED = "completed"
@@ -32,7 +32,7 @@ class JobState(str, Enum):
     CANCELLED = "cancelled"
 
 
-class JobKind(str, Enum):
+class JobKind(StrEnum):
     TRAINING = "training"
     INFERENCE = "inference"
 
@@ -80,7 +80,9 @@ class JobSpec:
         if self.gpus < 1:
             raise InvalidInput(f"{where}: gpus must be >= 1, got {self.gpus}")
         if not (self.duration_s > 0 and math.isfinite(self.duration_s)):
-            raise InvalidInput(f"{where}: duration_s must be a positive number, got {self.duration_s}")
+            raise InvalidInput(
+                f"{where}: duration_s must be a positive number, got {self.duration_s}"
+            )
         if not (self.submit_s >= 0 and math.isfinite(self.submit_s)):
             raise InvalidInput(f"{where}: submit_s must be >= 0, got {self.submit_s}")
         for name, speed in self.gpu_types.items():
@@ -159,6 +161,9 @@ class Job:
     checkpoint_s: float = 0.0  # progress saved by the last checkpoint
     updated_at: float = 0.0  # time progress_s was last brought up to date
     started_at: float | None = None  # start of the current run
+    segment_start: float = 0.0  # start of the current run or of the last resize
+    segment_progress: float = 0.0  # progress_s at segment_start
+    stalled_until: float = 0.0  # no progress before this time (restoring a checkpoint)
     first_start: float | None = None
     finished_at: float | None = None
     queued_since: float = 0.0
@@ -166,6 +171,7 @@ class Job:
     attained_gpu_s: float = 0.0  # GPU-seconds received (for least-attained-service policies)
     busy_gpu_s: float = 0.0  # GPU-seconds held
     lost_gpu_s: float = 0.0  # GPU-seconds whose progress was thrown away
+    useful_gpu_s: float = 0.0  # GPU-seconds whose progress was kept (goodput, F4)
     preemptions: int = 0
     restarts: int = 0
     failure_demoted: bool = False
@@ -195,14 +201,52 @@ class Job:
         return max(0.0, self.spec.duration_s - self.progress_s)
 
     def advance(self, now: float) -> None:
-        """Bring progress and GPU-time counters up to `now` (the job keeps its allocation)."""
+        """Bring progress and GPU-time counters up to `now` (the job keeps its allocation).
+
+        GPUs are held for the whole interval, but progress only accrues after `stalled_until`
+        (the time a restarted job spends restoring its checkpoint)."""
         dt = now - self.updated_at
         if dt > 0 and self.allocation is not None:
             held = self.allocation.gpus
-            self.progress_s = min(self.spec.duration_s, self.progress_s + self.rate * dt)
+            productive = now - max(self.updated_at, self.stalled_until)
+            if productive > 0:
+                self.progress_s = min(
+                    self.spec.duration_s, self.progress_s + self.rate * productive
+                )
             self.busy_gpu_s += held * dt
             self.attained_gpu_s += held * dt
         self.updated_at = max(self.updated_at, now)
+
+    def begin_segment(self, now: float, stall_s: float = 0.0) -> None:
+        """Start a run segment (a start, restart or resize) at `now`."""
+        self.updated_at = now
+        self.segment_start = now
+        self.segment_progress = self.progress_s
+        self.stalled_until = now + stall_s
+
+    def close_segment(self, kept: float) -> None:
+        """End the current run segment keeping `kept` reference seconds of progress (call after
+        `advance`): the GPU time that produced kept progress is useful, the rest is lost."""
+        if self.allocation is not None and self.rate > 0:
+            gpus = self.allocation.gpus
+            self.useful_gpu_s += max(0.0, kept - self.segment_progress) / self.rate * gpus
+            self.lost_gpu_s += max(0.0, self.progress_s - kept) / self.rate * gpus
+        self.progress_s = kept
+        self.checkpoint_s = kept
+
+    def saved_progress(self, now: float) -> float:
+        """Progress kept by the last periodic checkpoint at or before `now` (F2).
+
+        Checkpoints are taken every `checkpoint_interval_s` of productive run time in the current
+        segment; a job without checkpointing keeps only what an explicit save (`checkpoint_s`)
+        kept. Call after `advance(now)`."""
+        interval = self.spec.checkpoint_interval_s
+        if interval is None or self.allocation is None:
+            return min(self.checkpoint_s, self.progress_s)
+        productive = max(0.0, now - max(self.segment_start, self.stalled_until))
+        k = math.floor(productive / interval + 1e-9)
+        periodic = self.segment_progress + self.rate * k * interval
+        return min(self.progress_s, max(self.checkpoint_s, periodic))
 
     def expected_end(self, now: float) -> float:
         """When the job should end by its user's estimate (walltime), for backfill reservations."""

@@ -37,13 +37,15 @@ def _grid(
     nodes_per_pod_racks: int = 32,
     node_idle_w: float = 1_000.0,
 ) -> Cluster:
-    """Build a regular cluster: groups of (gpu_type, racks, nodes_per_rack, gpus_per_node, cap_kw)."""
+    """A regular cluster from groups of (gpu_type, racks, nodes_per_rack, gpus, cap_kw)."""
     racks: list[Rack] = []
     nodes: list[Node] = []
     r = 0
     for gpu_type, n_racks, per_rack, gpus, cap_kw in groups:
         for _ in range(n_racks):
-            rack = Rack(name=f"r{r:04d}", pod=f"pod{r // nodes_per_pod_racks}", power_cap_w=cap_kw * 1000)
+            rack = Rack(
+                name=f"r{r:04d}", pod=f"pod{r // nodes_per_pod_racks}", power_cap_w=cap_kw * 1000
+            )
             racks.append(rack)
             for k in range(per_rack):
                 nodes.append(
@@ -132,10 +134,14 @@ def cluster_from_dict(data: Any, source: str = "cluster") -> Cluster:
     racks, nodes = [], []
     for rm in model.racks:
         labels = frozenset(rm.labels)
-        racks.append(Rack(name=rm.name, pod=rm.pod, power_cap_w=rm.power_cap_kw * 1000, labels=labels))
+        racks.append(
+            Rack(name=rm.name, pod=rm.pod, power_cap_w=rm.power_cap_kw * 1000, labels=labels)
+        )
         if isinstance(rm.nodes, int):
             if rm.gpu_type is None:
-                raise InvalidInput(f"{source}: racks.{rm.name}.gpu_type is required with a node count")
+                raise InvalidInput(
+                    f"{source}: racks.{rm.name}.gpu_type is required with a node count"
+                )
             nodes += [
                 Node(
                     name=f"{rm.name}-n{k:02d}",
@@ -179,7 +185,9 @@ def load_cluster_yaml(path: str | Path) -> Cluster:
         where = f" at line {mark.line + 1}" if mark else ""
         raise InvalidInput(f"cluster file {p}: malformed YAML{where}") from None
     if not isinstance(data, dict):
-        raise InvalidInput(f"cluster file {p}: expected a mapping with 'racks', got {type(data).__name__}")
+        raise InvalidInput(
+            f"cluster file {p}: expected a mapping with 'racks', got {type(data).__name__}"
+        )
     return cluster_from_dict(data, source=f"cluster file {p}")
 
 

@@ -1,0 +1,30 @@
+# Arbiter — the two commands that work on a fresh machine: `make demo` and `make test`.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test bench lint clean
+
+$(BIN)/arbiter: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev,postgres]'
+	@touch $@
+
+setup: $(BIN)/arbiter
+
+demo: setup
+	$(BIN)/python -m gpu_arbiter.demo
+
+test: setup
+	$(BIN)/python -m pytest -q -p no:cacheprovider; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+
+bench: setup
+	$(BIN)/python -m bench.run
+
+lint: setup
+	$(BIN)/ruff check src tests bench
+
+clean:
+	rm -rf $(VENV) out bench/results

@@ -1,0 +1,3 @@
+from gpu_arbiter.cli.main import main
+
+main()

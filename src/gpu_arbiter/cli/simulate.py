@@ -1,0 +1,82 @@
+"""`arbiter simulate`: replay a workload under one policy and print its KPIs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpu_arbiter.cli.inputs import CLUSTER_HELP, load_inputs
+from gpu_arbiter.engine import get_policy
+from gpu_arbiter.sim import simulate as run_simulation
+
+
+def register(app: typer.Typer) -> None:
+    app.command("simulate")(simulate)
+
+
+def simulate(
+    workload: Annotated[
+        str, typer.Option(help="synthetic:N — N seeded synthetic jobs (ignored with --trace).")
+    ] = "synthetic:1000",
+    seed: Annotated[
+        int, typer.Option(help="Seed of the workload (and of trace tier/team draws).")
+    ] = 0,
+    policy: Annotated[
+        str, typer.Option(help="fifo, backfill, tiresias, gavel or arbiter.")
+    ] = "arbiter",
+    cluster: Annotated[str, typer.Option(help=CLUSTER_HELP)] = "small",
+    load: Annotated[float, typer.Option(help="Offered load of the synthetic workload.")] = 0.9,
+    trace: Annotated[Path | None, typer.Option(help="Replay this trace file instead.")] = None,
+    fmt: Annotated[str | None, typer.Option("--format", help="Format of --trace.")] = None,
+    strict: Annotated[bool, typer.Option(help="Fail on the first bad trace row.")] = False,
+    limit: Annotated[int | None, typer.Option(help="Read at most this many trace jobs.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Simulate a workload on a cluster under a policy (event-driven, virtual clock)."""
+    get_policy(policy)
+    inputs = load_inputs(cluster, workload, seed, load, trace, fmt, strict, limit)
+    if inputs.stats is not None:
+        typer.echo(f"trace: {inputs.stats.summary()}", err=True)
+    result = run_simulation(inputs.cluster, inputs.teams, policy, inputs.jobs)
+    if as_json:
+        typer.echo(json.dumps(result.kpis, sort_keys=True))
+        return
+    Console().print(kpi_table(result.kpis))
+
+
+def kpi_table(kpis: dict) -> Table:
+    table = Table(title=f"{kpis['policy']} on {kpis['cluster']} ({kpis['gpus']} GPUs)")
+    table.add_column("KPI")
+    table.add_column("value", justify="right")
+    rows = [
+        ("jobs completed", f"{kpis['completed']} / {kpis['jobs']}"),
+        ("mean JCT", _dur(kpis["avg_jct_s"])),
+        ("P50 / P99 JCT", f"{_dur(kpis['p50_jct_s'])} / {_dur(kpis['p99_jct_s'])}"),
+        *(
+            (f"P99 queueing, tier {t}", _dur(v))
+            for t, v in sorted(kpis["p99_queue_delay_s_by_tier"].items())
+        ),
+        ("utilisation", f"{kpis['utilization']:.1%}"),
+        ("goodput", f"{kpis['goodput']:.1%}"),
+        ("preemptions", str(kpis["preemptions"])),
+        ("tier-1 preempted", str(kpis["tier1_preempted"])),
+        ("fragmentation", f"{kpis['fragmentation']:.1%}"),
+        ("SLA attainment", f"{kpis['sla_attainment']:.1%}"),
+        ("simulated in", f"{kpis['sim_wall_s']:.2f} s"),
+    ]
+    for k, v in rows:
+        table.add_row(k, v)
+    return table
+
+
+def _dur(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -1,0 +1,67 @@
+"""Admission: which tier a job really gets (ROI gate, budget, failure demotion) and whether it
+runs within its team's guaranteed quota or on borrowed capacity (S2, E1, E3, E4)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from gpu_arbiter.domain import JobSpec, Team, Tier
+from gpu_arbiter.engine.config import EngineConfig
+
+# Given a team and the tier a job asks for, the tier the team's budget allows (E1).
+BudgetRule = Callable[[str, Tier], Tier]
+
+
+def admitted_tier(spec: JobSpec, cfg: EngineConfig, budget: BudgetRule | None = None) -> Tier:
+    """The tier a job runs at. A job above the ROI gate without a justification runs at tier 3
+    (E4); a team whose budget is spent gets what the budget rule allows."""
+    tier = Tier(spec.tier)
+    hours = (spec.walltime_s or spec.duration_s) / 3600.0
+    if spec.gpus > cfg.roi_gate_gpus and hours > cfg.roi_gate_hours and not spec.justification:
+        tier = Tier.EXPLORATORY
+    if budget is not None:
+        tier = max(tier, Tier(budget(spec.team, tier)))
+    return tier
+
+
+class QuotaBook:
+    """GPUs in use per team, GPU type and tier, against each team's guaranteed quota (S2).
+
+    A team's quota is used first by its most important work: a job is *within quota* when the
+    team's jobs of the same or a higher tier, with it, fit in the guarantee. The scheduler marks
+    the rest of a team's jobs *borrowed* — reclaimable by the owners of that capacity. Tier-1
+    jobs can never be preempted, so beyond their quota they may borrow only from the elastic
+    pool (capacity nobody is guaranteed), never from another team's guarantee.
+    """
+
+    __slots__ = ("quota", "used", "pool", "tier1_excess")
+
+    def __init__(self, teams: Mapping[str, Team], capacity: Mapping[str, int]) -> None:
+        self.quota = {name: dict(t.quota) for name, t in teams.items()}
+        self.used: dict[tuple[str, str, int], int] = {}
+        self.pool = {
+            gpu_type: n - sum(q.get(gpu_type, 0) for q in self.quota.values())
+            for gpu_type, n in capacity.items()
+        }
+        # GPUs tier-1 jobs hold beyond their team's quota, per (team, GPU type): pool in use.
+        self.tier1_excess: dict[tuple[str, str], int] = {}
+
+    def limit(self, team: str, gpu_type: str) -> int:
+        return self.quota.get(team, {}).get(gpu_type, 0)
+
+    def used_by(self, team: str, gpu_type: str, max_tier: int = 3) -> int:
+        return sum(self.used.get((team, gpu_type, k), 0) for k in range(1, max_tier + 1))
+
+    def within(self, team: str, gpu_type: str, gpus: int, tier: int = 3) -> bool:
+        return self.used_by(team, gpu_type, tier) + gpus <= self.limit(team, gpu_type)
+
+    def tier1_fits(self, team: str, gpu_type: str, gpus: int) -> bool:
+        """Whether a tier-1 job of `gpus` fits in the team's quota plus what is left of the pool."""
+        key = (team, gpu_type)
+        excess = max(0, self.used_by(team, gpu_type, 1) + gpus - self.limit(team, gpu_type))
+        in_pool = sum(v for (_, t), v in self.tier1_excess.items() if t == gpu_type)
+        return in_pool - self.tier1_excess.get(key, 0) + excess <= self.pool.get(gpu_type, 0)
+
+    def add(self, team: str, gpu_type: str, tier: int, gpus: int) -> None:
+        key = (team, gpu_type, int(tier))
+        self.used[key] = self.used.get(key, 0) + gpus

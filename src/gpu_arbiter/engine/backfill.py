@@ -1,0 +1,53 @@
+"""Reservation-based (EASY) backfill (S6).
+
+When the highest-priority job that wants a GPU type cannot start, it gets a reservation: the
+earliest time (the *shadow time*) at which, by the running jobs' walltime estimates, enough GPUs
+of that type will be free, and the *extra* GPUs that will be free then beyond its need. A later,
+lower-priority job may start now only if it will end before the shadow time, or if it fits in
+the extra GPUs — so it can never delay the reserved start.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gpu_arbiter.domain import Job
+
+
+@dataclass(slots=True)
+class Reservation:
+    job_id: str
+    gpu_type: str
+    gpus: int
+    shadow_time: float
+    extra: int
+
+
+def reserve(
+    job: Job, gpu_type: str, gpus: int, free: int, running: Iterable[Job], now: float
+) -> Reservation:
+    ends = sorted((j.expected_end(now), j.gpus_held) for j in running)
+    available = free
+    for end, held in ends:
+        if available >= gpus:
+            break
+        available += held
+        shadow = end
+    else:
+        shadow = math.inf if available < gpus else now
+    if free >= gpus:
+        shadow = now
+    return Reservation(job.id, gpu_type, gpus, shadow, max(0, available - gpus))
+
+
+def fits_before(res: Reservation, gpus: int, est_runtime_s: float, now: float) -> bool:
+    """Whether a backfill candidate leaves the reservation intact; consumes the extra GPUs it
+    would use past the shadow time."""
+    if now + est_runtime_s <= res.shadow_time:
+        return True
+    if gpus <= res.extra:
+        res.extra -= gpus
+        return True
+    return False

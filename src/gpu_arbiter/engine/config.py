@@ -1,0 +1,19 @@
+"""Knobs of the engine, with the defaults the SPEC names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    tier2_grace_s: float = 7200.0  # S1: notice a tier-2 job gets before it is stopped
+    restart_overhead_s: float = 60.0  # time a restarted job spends restoring its checkpoint
+    max_examined: int = 1000  # pending jobs looked at per cycle (like Slurm's bf_max_job_test)
+    max_preemption_attempts: int = 32  # victim searches per cycle
+    fairshare_half_life_s: float = 3600.0  # S4: how fast past usage is forgotten
+    slower_type_min_speed: float = 0.5  # S7: slowest relative speed worth moving a job to
+    high_power_starts_per_rack: int = 2  # S10: high-power jobs started per rack per cycle
+    roi_gate_gpus: int = 128  # E4: jobs above this many GPUs ...
+    roi_gate_hours: float = 24.0  # ... for longer than this need a justification
+    demote_after_uncheckpointed_failure: bool = True  # E3

@@ -1,0 +1,50 @@
+"""Weighted dominant-resource fair share over recent usage (S4).
+
+A team's share is, over GPU types, the largest fraction of the type's capacity it holds now and
+has held recently (an exponential average with a configurable half-life), divided by its business
+weight. Among jobs of one tier the team with the lowest share goes next, and its share grows as
+it is given GPUs within the cycle (progressive filling), so no team starves.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+
+class FairShare:
+    __slots__ = ("capacity", "weights", "alloc", "recent", "half_life", "updated")
+
+    def __init__(
+        self, capacity: Mapping[str, int], weights: Mapping[str, float], half_life_s: float
+    ):
+        self.capacity = dict(capacity)
+        self.weights = dict(weights)
+        self.alloc: dict[str, dict[str, int]] = {}
+        self.recent: dict[str, dict[str, float]] = {}
+        self.half_life = half_life_s
+        self.updated = 0.0
+
+    def add(self, team: str, gpu_type: str, gpus: int) -> None:
+        per = self.alloc.setdefault(team, {})
+        per[gpu_type] = per.get(gpu_type, 0) + gpus
+
+    def decay_to(self, now: float) -> None:
+        dt = now - self.updated
+        if dt <= 0:
+            return
+        keep = math.exp(-dt * math.log(2) / self.half_life)
+        for team, per in self.alloc.items():
+            rec = self.recent.setdefault(team, {})
+            for t, g in per.items():
+                rec[t] = rec.get(t, 0.0) * keep + g * (1 - keep)
+        self.updated = now
+
+    def share(self, team: str) -> float:
+        per = self.alloc.get(team, {})
+        rec = self.recent.get(team, {})
+        dominant = 0.0
+        for t, cap in self.capacity.items():
+            used = 0.5 * per.get(t, 0) + 0.5 * rec.get(t, 0.0)
+            dominant = max(dominant, used / cap)
+        return dominant / self.weights.get(team, 1.0)

@@ -1,0 +1,114 @@
+"""The pending queue, grouped and ranked by the policy, and the orders policies walk it in.
+
+Jobs are kept in per-group sorted lists (a group is e.g. a tier and a team), so a cycle walks
+only as far into the queue as it needs instead of sorting every pending job. Changes made while
+a cycle walks the queue are buffered and applied when the cycle ends.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Hashable, Iterator
+
+from sortedcontainers import SortedList
+
+from gpu_arbiter.domain import Job
+
+
+class PendingQueue:
+    __slots__ = ("group_key", "rank_key", "groups", "members", "pinned", "_walking", "_buffer")
+
+    def __init__(
+        self,
+        group_key: Callable[[Job], Hashable],
+        rank_key: Callable[[Job], tuple],
+    ) -> None:
+        self.group_key = group_key
+        self.rank_key = rank_key
+        self.groups: dict[Hashable, SortedList] = {}
+        self.members: dict[str, tuple[Hashable, tuple]] = {}
+        self.pinned: dict[str, int] = {}  # GPUs wanted by pending jobs that accept one type only
+        self._walking = False
+        self._buffer: list[tuple[bool, Job]] = []
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def __contains__(self, job_id: str) -> bool:
+        return job_id in self.members
+
+    def add(self, job: Job) -> None:
+        if self._walking:
+            self._buffer.append((True, job))
+            return
+        if job.id in self.members:
+            return
+        group = self.group_key(job)
+        item = (*self.rank_key(job), job.seq, job)
+        self.groups.setdefault(group, SortedList(key=lambda x: x[:-1])).add(item)
+        self.members[job.id] = (group, item)
+        self._pin(job, +1)
+
+    def remove(self, job: Job) -> None:
+        if self._walking:
+            self._buffer.append((False, job))
+            return
+        entry = self.members.pop(job.id, None)
+        if entry is None:
+            return
+        group, item = entry
+        sl = self.groups[group]
+        sl.remove(item)
+        if not sl:
+            del self.groups[group]
+        self._pin(job, -1)
+
+    def _pin(self, job: Job, sign: int) -> None:
+        if len(job.spec.gpu_types) == 1:
+            (t,) = job.spec.gpu_types
+            self.pinned[t] = self.pinned.get(t, 0) + sign * job.spec.gpus
+
+    def begin_walk(self) -> None:
+        self._walking = True
+
+    def end_walk(self) -> None:
+        self._walking = False
+        buffered, self._buffer = self._buffer, []
+        for adding, job in buffered:
+            (self.add if adding else self.remove)(job)
+
+    def jobs(self) -> Iterator[Job]:
+        for sl in self.groups.values():
+            for item in sl:
+                yield item[-1]
+
+    # -- walks -----------------------------------------------------------------------------
+
+    def in_group_order(self) -> Iterator[Job]:
+        """Groups by ascending key, each group in rank order."""
+        for group in sorted(self.groups):
+            for item in self.groups[group]:
+                yield item[-1]
+
+    def by_rank(self) -> Iterator[Job]:
+        """All jobs by rank, merging the groups."""
+        streams = [(item for item in sl) for sl in self.groups.values()]
+        for item in heapq.merge(*streams, key=lambda x: x[:-1]):
+            yield item[-1]
+
+    def fair_by_tier(self, share: Callable[[str], float]) -> Iterator[Job]:
+        """Groups keyed (tier, team): tiers in order; within a tier the team with the lowest
+        share next, its share read again after each of its jobs is considered."""
+        tiers: dict[int, list[tuple[str, SortedList]]] = {}
+        for (tier, team), sl in self.groups.items():
+            tiers.setdefault(tier, []).append((team, sl))
+        for tier in sorted(tiers):
+            heap = [(share(team), team, iter(sl)) for team, sl in tiers[tier]]
+            heapq.heapify(heap)
+            while heap:
+                _, team, it = heapq.heappop(heap)
+                item = next(it, None)
+                if item is None:
+                    continue
+                yield item[-1]
+                heapq.heappush(heap, (share(team), team, it))

@@ -1,0 +1,22 @@
+"""First come, first served: strict submission order, head-of-line blocking, no preemption,
+spread placement (the naive default of many clusters). A lower bound to compare against."""
+
+from gpu_arbiter.domain import Job
+from gpu_arbiter.engine.policy import Policy
+
+
+class FifoPolicy(Policy):
+    name = "fifo"
+    placement = "spread"
+    quotas = False
+    preemption = False
+    backfill = "none"
+    elastic = False
+    heterogeneity = "any"
+    tiers = False
+
+    def group_key(self, job: Job) -> int:
+        return 0
+
+    def ordered(self, sched, now):
+        return sched.queue.in_group_order()

@@ -1,0 +1,53 @@
+"""Tiresias (NSDI '19), discretised two-dimensional least-attained-service (2D-LAS).
+
+Jobs are ranked by the GPU-seconds they have received (GPUs × time), bucketed into priority
+queues by thresholds; FIFO within a queue. A job that crosses a threshold while running drops a
+queue and may be preempted (at once, without regard to tiers) by a pending job of a higher
+queue. Placement consolidates; idle GPUs are filled greedily. Tiresias knows nothing of tiers,
+quotas or GPU types.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+
+from gpu_arbiter.domain import Job
+from gpu_arbiter.engine.policy import Policy
+
+# Queue thresholds in GPU-seconds: < 1 GPU-hour, < 10 GPU-hours, the rest.
+THRESHOLDS = (3600.0, 36_000.0)
+
+
+def queue_of(job: Job) -> int:
+    return bisect.bisect_right(THRESHOLDS, job.attained_gpu_s)
+
+
+class TiresiasPolicy(Policy):
+    name = "tiresias"
+    quotas = False
+    backfill = "greedy"
+    elastic = False
+    heterogeneity = "any"
+    tiers = False
+    suspend_saves = True
+
+    def group_key(self, job: Job) -> int:
+        return queue_of(job)
+
+    def ordered(self, sched, now):
+        return sched.queue.in_group_order()
+
+    def may_preempt(self, sched, job: Job, victim: Job, within_quota: bool) -> bool:
+        return queue_of(victim) > queue_of(job)
+
+    def next_wakeup(self, sched, now: float) -> float | None:
+        """The next time a running job crosses a queue threshold, if anyone is waiting."""
+        if not len(sched.queue):
+            return None
+        best = math.inf
+        for job in sched.running.values():
+            q = queue_of(job)
+            if q < len(THRESHOLDS) and job.gpus_held:
+                best = min(best, now + (THRESHOLDS[q] - job.attained_gpu_s) / job.gpus_held)
+        return best + 1e-6 if best < math.inf else None

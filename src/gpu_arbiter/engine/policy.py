@@ -1,0 +1,69 @@
+"""A policy is a named composition of the engine's steps.
+
+Each policy is one class in `engine/policies/`, overriding only what differs: how pending jobs
+are grouped and walked (ordering), which placement strategy it uses, whether it borrows and
+reclaims quota, preempts, backfills with reservations, resizes elastic jobs, or chooses between
+GPU types. The scheduler runs the same cycle for all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator
+from typing import TYPE_CHECKING
+
+from gpu_arbiter.domain import Job
+from gpu_arbiter.domain.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from gpu_arbiter.engine.scheduler import Scheduler
+
+
+class Policy:
+    name = "base"
+    placement = "pack"  # "pack" (best fit) or "spread"
+    quotas = True  # S2: track guarantees, let tier 1 borrow only from the pool, reclaim
+    preemption = True
+    backfill = "reserve"  # "reserve" (EASY), "greedy" (anything that fits), "none" (FIFO)
+    elastic = True  # S8
+    heterogeneity = "smart"  # S7: "smart" may choose a slower type; "first": first listed type
+    tiers = True  # grace per tier; baselines that ignore tiers stop everything at once
+    # Whether a job stopped at once keeps all its progress. Round-based schedulers (Tiresias,
+    # Gavel) suspend jobs by checkpointing them at the end of their lease, by design; Arbiter
+    # stops a tier-3 job at once, and it keeps only what its last periodic checkpoint saved.
+    suspend_saves = False
+
+    def group_key(self, job: Job) -> Hashable:
+        return (int(job.tier), job.team)
+
+    def rank_key(self, job: Job) -> tuple:
+        return (job.spec.submit_s,)
+
+    def ordered(self, sched: Scheduler, now: float) -> Iterator[Job]:
+        return sched.queue.fair_by_tier(sched.fair.share)
+
+    def may_preempt(self, sched: Scheduler, job: Job, victim: Job, within_quota: bool) -> bool:
+        if victim.tier == 1 or victim.team == job.team and victim.tier <= job.tier:
+            return False
+        if victim.borrowed and within_quota and victim.team != job.team:
+            return True
+        return job.tier < victim.tier and (
+            within_quota or victim.borrowed or victim.team == job.team
+        )
+
+    def candidate_types(self, sched: Scheduler, job: Job) -> list[str]:
+        return sched.types_by_speed(job)
+
+    def before_cycle(self, sched: Scheduler, now: float) -> None:
+        """Round-based policies re-plan here (and may preempt through `sched.preempt`)."""
+
+    def next_wakeup(self, sched: Scheduler, now: float) -> float | None:
+        return None
+
+
+def get_policy(name: str) -> Policy:
+    from gpu_arbiter.engine.policies import POLICIES
+
+    try:
+        return POLICIES[name]()
+    except KeyError:
+        raise InvalidInput(f"unknown policy {name!r}: use one of {', '.join(POLICIES)}") from None

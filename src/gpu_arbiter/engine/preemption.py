@@ -1,0 +1,110 @@
+"""Who may be stopped to make room, and which victims to choose (S1, S2, S8).
+
+Rules (Arbiter policy; baselines override `Policy.may_preempt`):
+- tier-1 jobs are never preempted or shrunk;
+- *reclaim*: a job that runs within its team's quota may preempt jobs of other teams that run on
+  borrowed capacity, whatever their tier;
+- *priority*: a job may preempt a job of a lower tier (larger number) when it is within its
+  quota, or the victim is borrowed, or both belong to the same team — a team beyond its quota
+  cannot take another team's guaranteed GPUs just by having a higher tier.
+Tier-3 victims stop at once; tier-2 victims get the configured grace and a checkpoint request.
+
+Victims are chosen cheapest first: elastic jobs that can shrink, then tier 3 before tier 2,
+borrowed before owned, least work lost since the last checkpoint, youngest run. Candidates are
+released tentatively in the capacity index until the gang fits; victims whose GPUs the gang does
+not use are then spared, and the index is restored — the plan changes nothing by itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from gpu_arbiter.domain import Allocation, Job
+from gpu_arbiter.engine.capacity import CapacityIndex
+from gpu_arbiter.engine.elastic import shrunk_allocation
+from gpu_arbiter.engine.placement import Request, gpus_to_mask, place
+
+
+@dataclass(slots=True)
+class Victim:
+    job: Job
+    shrink_to: Allocation | None  # None: stop the job; else: shrink it to this allocation
+
+
+@dataclass(slots=True)
+class PreemptionPlan:
+    allocation: Allocation
+    victims: list[Victim]
+
+
+def victim_cost(victim: Job, now: float) -> tuple:
+    lost = (victim.progress_s - victim.saved_progress(now)) * victim.gpus_held
+    return (-int(victim.tier), not victim.borrowed, lost, -(victim.started_at or 0.0), victim.seq)
+
+
+def plan_preemption(
+    index: CapacityIndex,
+    req: Request,
+    candidates: Iterable[Job],
+    allowed_shrink: Callable[[Job], bool],
+    watts: Callable[[Job], float],
+    strategy: str,
+    now: float,
+) -> PreemptionPlan | None:
+    options: list[tuple[tuple, Job, Allocation | None, Allocation]] = []
+    for v in candidates:
+        if v.allocation is None:
+            continue
+        if allowed_shrink(v):
+            kept = shrunk_allocation(v)
+            if kept is not None:
+                released = _difference(v.allocation, kept)
+                options.append(((0,) + victim_cost(v, now), v, kept, released))
+                continue
+        options.append(((1,) + victim_cost(v, now), v, None, v.allocation))
+    if index.type_free.get(req.gpu_type, 0) + sum(o[3].gpus for o in options) < req.gpus:
+        return None
+    options.sort(key=lambda o: o[0])
+    released: list[tuple[Job, Allocation | None, Allocation]] = []
+    alloc = None
+    try:
+        for _, v, kept, part in options:
+            _give(index, part, watts(v))
+            released.append((v, kept, part))
+            if index.type_free[req.gpu_type] >= req.gpus:
+                alloc = place(index, req, strategy)
+                if alloc is not None:
+                    break
+    finally:
+        for v, _, part in reversed(released):
+            _take(index, part, watts(v))
+    if alloc is None:
+        return None
+    used = {(n, g) for n, gs in alloc.slots for g in gs}
+    victims = [
+        Victim(v, kept)
+        for v, kept, part in released
+        if any((n, g) in used for n, gs in part.slots for g in gs)
+    ]
+    return PreemptionPlan(alloc, victims)
+
+
+def _difference(full: Allocation, kept: Allocation) -> Allocation:
+    keep = {n: set(gs) for n, gs in kept.slots}
+    slots = []
+    for n, gs in full.slots:
+        rest = tuple(g for g in gs if g not in keep.get(n, ()))
+        if rest:
+            slots.append((n, rest))
+    return Allocation(full.gpu_type, tuple(slots))
+
+
+def _give(index: CapacityIndex, alloc: Allocation, w: float) -> None:
+    for node, gpus in alloc.slots:
+        index.give(node, gpus_to_mask(gpus), w)
+
+
+def _take(index: CapacityIndex, alloc: Allocation, w: float) -> None:
+    for node, gpus in alloc.slots:
+        index.take(node, gpus_to_mask(gpus), w)

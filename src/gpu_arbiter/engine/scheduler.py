@@ -1,0 +1,639 @@
+"""One scheduling cycle, shared by the simulator and the live control plane.
+
+The `Scheduler` holds the engine's view of the cluster (the capacity index, the pending queue,
+the running jobs, quota and fair-share books) and changes it only through its methods: drivers
+report what happened (`submit`, `finished`, `stopped`, `node_down`, ...) and call `cycle(now)`,
+which returns the decisions to carry out. It never reads a clock, a file or a socket.
+
+A cycle: bring running jobs up to date, let round-based policies re-plan, then walk pending jobs
+in the policy's order and for each try, in turn: every accepted GPU type and start size within
+the backfill reservations (placement), then a preemption plan (victims), then a reservation.
+Finally elastic jobs grow into what is left.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from gpu_arbiter.domain import (
+    Allocation,
+    Cluster,
+    Decision,
+    InvalidInput,
+    Job,
+    JobState,
+    Preempt,
+    Resize,
+    Start,
+    Team,
+    Tier,
+)
+from gpu_arbiter.domain.team import check_quotas
+from gpu_arbiter.engine.admission import BudgetRule, QuotaBook, admitted_tier
+from gpu_arbiter.engine.backfill import Reservation, fits_before, reserve
+from gpu_arbiter.engine.capacity import CapacityIndex
+from gpu_arbiter.engine.config import EngineConfig
+from gpu_arbiter.engine.elastic import grown_allocation, start_sizes
+from gpu_arbiter.engine.fairshare import FairShare
+from gpu_arbiter.engine.ordering import PendingQueue
+from gpu_arbiter.engine.placement import Request, gpus_to_mask, place
+from gpu_arbiter.engine.policy import Policy, get_policy
+from gpu_arbiter.engine.preemption import PreemptionPlan, plan_preemption
+
+
+@dataclass(slots=True)
+class CycleResult:
+    decisions: list[Decision]
+    next_wakeup: float | None
+    examined: int
+    started: int
+    preempted: int
+    free_gpus: int
+    fragmentation: float  # share of free GPUs that are not on a wholly free node (S6)
+    stranded_gpus: int  # free GPUs of types on which a pending job that would fit is blocked
+
+
+@dataclass(slots=True)
+class Hold:
+    """GPUs kept for a job while the tier-2 victims it preempted use up their grace."""
+
+    job: Job
+    allocation: Allocation
+    waiting: set[str]
+    held: list[tuple[int, int]] = field(default_factory=list)  # (node, mask) taken for it
+
+
+@dataclass(slots=True)
+class _Cycle:
+    reservations: dict[str, Reservation] = field(default_factory=dict)
+    failed: dict[tuple, int] = field(default_factory=dict)
+    preempt_failed: dict[tuple, int] = field(default_factory=dict)
+    attempts: int = 0
+    preempted: int = 0
+    high_power: dict[int, int] = field(default_factory=dict)
+    blocked_types: set[str] = field(default_factory=set)
+    stranded_types: set[str] = field(default_factory=set)
+    stop: bool = False
+
+
+class Scheduler:
+    def __init__(
+        self,
+        cluster: Cluster,
+        teams: Iterable[Team] = (),
+        policy: Policy | str = "arbiter",
+        config: EngineConfig | None = None,
+        budget: BudgetRule | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.policy = get_policy(policy) if isinstance(policy, str) else policy
+        self.cfg = config or EngineConfig()
+        self.budget = budget
+        capacity = cluster.gpus_by_type()
+        team_list = list(teams)
+        check_quotas(team_list, capacity)
+        self.teams = {t.name: t for t in team_list}
+        self.index = CapacityIndex(cluster)
+        self.quota = QuotaBook(self.teams, capacity)
+        self.fair = FairShare(
+            capacity, {t.name: t.weight for t in team_list}, self.cfg.fairshare_half_life_s
+        )
+        self.queue = PendingQueue(self.policy.group_key, self.policy.rank_key)
+        self.jobs: dict[str, Job] = {}
+        self.running: dict[str, Job] = {}
+        self.running_by_type: dict[str, dict[str, Job]] = {t: {} for t in capacity}
+        self.team_jobs: dict[tuple[str, str], dict[str, Job]] = {}  # running, by team and type
+        self.elastic_running: dict[str, Job] = {}
+        self.node_jobs: list[set[str]] = [set() for _ in cluster.nodes]
+        self.holds: dict[str, Hold] = {}
+        self.hold_of: dict[str, str] = {}  # victim id -> id of the job holding GPUs for it
+        self.pending_stops: dict[str, Preempt] = {}
+        self._decisions: list[Decision] = []
+        self._seq = 0
+        self._max_gang: dict[tuple[str, int | None], int] = {}
+        self._types: dict[str, list[str]] = {}
+        self._max_domain: dict[str, int] = {}
+        for n in cluster.nodes:
+            if n.gpus:
+                self._max_domain[n.gpu_type] = max(
+                    self._max_domain.get(n.gpu_type, 0), n.domain_size
+                )
+
+    # -- what drivers report ---------------------------------------------------------------
+
+    def submit(self, spec, now: float) -> Job:
+        """Queue a job; a job that can never fit this cluster is refused with InvalidInput."""
+        if spec.id in self.jobs:
+            raise InvalidInput(f"job {spec.id!r} was already submitted")
+        self._check_fits(spec)
+        self._seq += 1
+        tier = admitted_tier(spec, self.cfg, self.budget)
+        if tier == Tier.CORE and self.policy.quotas and not self._tier1_can_fit(spec):
+            tier = Tier.BUSINESS
+        job = Job(
+            spec=spec,
+            tier=tier,
+            queued_since=now,
+            updated_at=now,
+            seq=self._seq,
+        )
+        self.jobs[spec.id] = job
+        self.queue.add(job)
+        return job
+
+    def finished(self, job_id: str, now: float) -> Job:
+        job = self._running(job_id)
+        job.advance(now)
+        job.close_segment(job.spec.duration_s)
+        self._release(job)
+        job.state = JobState.COMPLETED
+        job.finished_at = now
+        self._victim_gone(job_id, now)
+        return job
+
+    def stopped(self, job_id: str, now: float) -> Job:
+        """A job preempted with grace has stopped (saving a checkpoint if one was requested)."""
+        job = self._running(job_id)
+        order = self.pending_stops.pop(job_id, None)
+        self._stop(job, now, keep_all=bool(order and order.checkpoint))
+        self._victim_gone(job_id, now)
+        return job
+
+    def cancel(self, job_id: str, now: float) -> Job:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise InvalidInput(f"unknown job {job_id!r}")
+        if job.state not in (JobState.PENDING, JobState.RUNNING):
+            raise InvalidInput(f"job {job_id!r} is already {job.state.value}")
+        if job_id in self.holds:
+            self._cancel_hold(self.holds[job_id])
+        if job.state == JobState.RUNNING:
+            job.advance(now)
+            job.close_segment(job.progress_s)
+            self._release(job)
+            self.pending_stops.pop(job_id, None)
+            self._victim_gone(job_id, now)
+        self.queue.remove(job)
+        job.state = JobState.CANCELLED
+        job.finished_at = now
+        return job
+
+    def node_down(self, name: str, now: float) -> list[str]:
+        """Cordon a node; its jobs lose the work since their last checkpoint and are requeued
+        (a job without checkpointing is demoted one tier, E3). Returns the affected job ids."""
+        node = self.cluster.node(name).index
+        if self.index.down[node]:
+            return []
+        self.index.set_down(node)
+        for hold in [h for h in self.holds.values() if node in h.allocation.nodes]:
+            self._cancel_hold(hold)
+        affected = sorted(self.node_jobs[node], key=lambda j: self.jobs[j].seq)
+        for job_id in affected:
+            job = self.jobs[job_id]
+            self.pending_stops.pop(job_id, None)
+            demote = (
+                self.cfg.demote_after_uncheckpointed_failure
+                and job.spec.checkpoint_interval_s is None
+                and job.tier < Tier.EXPLORATORY
+            )
+            job.restarts += 1
+            self._stop(job, now, keep_all=False, demote=demote)
+            self._victim_gone(job_id, now)
+        return affected
+
+    def node_up(self, name: str, now: float) -> None:
+        node = self.cluster.node(name).index
+        if not self.index.down[node]:
+            return
+        busy = 0
+        for job_id in self.node_jobs[node]:
+            for n, gpus in self.jobs[job_id].allocation.slots:
+                if n == node:
+                    busy |= gpus_to_mask(gpus)
+        for hold in self.holds.values():
+            for n, mask in hold.held:
+                if n == node:
+                    busy |= mask
+        self.index.set_up(node, busy)
+
+    # -- the cycle -------------------------------------------------------------------------
+
+    def cycle(self, now: float) -> CycleResult:
+        """Decide; the result also carries decisions made since the last cycle by reported
+        events (a held job starting when its last victim stopped)."""
+        ctx = _Cycle()
+        self.fair.decay_to(now)
+        for job in self.running.values():
+            job.advance(now)
+        self.policy.before_cycle(self, now)
+        examined = started = 0
+        self.queue.begin_walk()
+        try:
+            for job in self.policy.ordered(self, now):
+                if examined >= self.cfg.max_examined or ctx.stop:
+                    break
+                if job.state != JobState.PENDING or job.id in self.holds:
+                    continue
+                examined += 1
+                if self._try_start(job, now, ctx):
+                    started += 1
+        finally:
+            self.queue.end_walk()
+        if self.policy.elastic:
+            self._grow(now, ctx.blocked_types)
+        free = self.index.total_free
+        whole = sum(self.index.whole_free.values())
+        decisions, self._decisions = self._decisions, []
+        return CycleResult(
+            decisions=decisions,
+            next_wakeup=self.policy.next_wakeup(self, now),
+            examined=examined,
+            started=started,
+            preempted=ctx.preempted,
+            free_gpus=free,
+            fragmentation=(1 - whole / free) if free else 0.0,
+            stranded_gpus=sum(self.index.type_free[t] for t in ctx.stranded_types),
+        )
+
+    def preempt(self, job: Job, now: float, reason: str, for_job: str | None = None) -> None:
+        """Stop a running job at once (for round-based policies that re-plan every round)."""
+        self._decisions.append(Preempt(job.id, 0.0, reason, for_job=for_job))
+        job.preemptions += 1
+        self._stop(job, now, keep_all=self.policy.suspend_saves)
+
+    def types_by_speed(self, job: Job) -> list[str]:
+        """Accepted GPU types of this cluster, fastest for the job first."""
+        key = job.id
+        types = self._types.get(key)
+        if types is None:
+            types = sorted(
+                (t for t in self.index.max_size if self.speed(job, t) is not None),
+                key=lambda t: (-self.speed(job, t), t),
+            )
+            self._types[key] = types
+        return types
+
+    def speed(self, job: Job, gpu_type: str) -> float | None:
+        return job.spec.speed_on(gpu_type, self.cluster.gpu_types[gpu_type].speed)
+
+    # -- steps -----------------------------------------------------------------------------
+
+    def _candidate_types(self, job: Job) -> list[str]:
+        types = self.policy.candidate_types(self, job)
+        if self.policy.heterogeneity != "smart" or len(types) < 2:
+            return types
+        fastest, n = types[0], job.spec.elastic_range[0]
+        if self.index.type_free[fastest] - n >= self.queue.pinned.get(fastest, 0):
+            return types
+        # S7: the fastest type is wanted by jobs that cannot run elsewhere; a flexible job
+        # starts now on a slower type that is still fast enough rather than take it from them.
+        floor = self.cfg.slower_type_min_speed * self.speed(job, fastest)
+        slower = [
+            t for t in types[1:] if self.speed(job, t) >= floor and self.index.type_free[t] >= n
+        ]
+        return slower + [t for t in types if t not in slower]
+
+    def _try_start(self, job: Job, now: float, ctx: _Cycle) -> bool:
+        spec = job.spec
+        types = self._candidate_types(job)
+        sizes = start_sizes(spec, self.policy.elastic)
+        for t in types:
+            for n in sizes:
+                if not self._admissible(job, t, n):
+                    continue
+                res = ctx.reservations.get(t)
+                if res is not None and not self._backfill_ok(res, job, t, n, now):
+                    continue
+                sig = (t, spec.tp_size, spec.max_racks, spec.power_profile, spec.data_locality)
+                if ctx.failed.get(sig, math.inf) <= n:
+                    continue
+                alloc = place(self.index, self._request(job, t, n), self.policy.placement)
+                if alloc is None:
+                    ctx.failed[sig] = n
+                    continue
+                if not self._power_stagger_ok(job, alloc, ctx):
+                    continue
+                if res is not None:
+                    fits_before(res, n, self._est_runtime(job, t, n), now)
+                self._start(job, alloc, now)
+                return True
+        if self.policy.preemption and self._try_preempt(job, types, sizes[-1], now, ctx):
+            return True
+        for t in types:
+            ctx.blocked_types.add(t)
+            if self.index.type_free[t] >= sizes[-1]:
+                ctx.stranded_types.add(t)
+        if self.policy.backfill == "none":
+            ctx.stop = True
+        elif self.policy.backfill == "reserve" and types and types[0] not in ctx.reservations:
+            t = types[0]
+            ctx.reservations[t] = reserve(
+                job, t, sizes[-1], self.index.type_free[t], self.running_by_type[t].values(), now
+            )
+        return False
+
+    def _admissible(self, job: Job, gpu_type: str, n: int) -> bool:
+        """Tier-1 jobs cannot be preempted, so they may borrow only from the unowned pool."""
+        if not self.policy.quotas or job.tier != Tier.CORE:
+            return True
+        return self.quota.tier1_fits(job.team, gpu_type, n)
+
+    def _backfill_ok(self, res: Reservation, job: Job, gpu_type: str, n: int, now: float) -> bool:
+        if res.job_id == job.id:
+            return True
+        est = self._est_runtime(job, gpu_type, n)
+        if now + est <= res.shadow_time:
+            return True
+        return n <= res.extra
+
+    def _est_runtime(self, job: Job, gpu_type: str, n: int) -> float:
+        if job.spec.walltime_s is None:
+            return math.inf
+        rate = self.speed(job, gpu_type) * n / job.spec.gpus
+        done = job.progress_s / job.spec.duration_s
+        return job.spec.walltime_s * (1 - done) / rate
+
+    def _request(self, job: Job, gpu_type: str, n: int) -> Request:
+        s = job.spec
+        return Request(gpu_type, n, s.tp_size, s.max_racks, s.power_profile, s.data_locality)
+
+    def _power_stagger_ok(self, job: Job, alloc: Allocation, ctx: _Cycle) -> bool:
+        """S10: start few high-power jobs per rack in one cycle so their peaks are staggered."""
+        if job.spec.power_profile != "high":
+            return True
+        racks = {self.index.node_rack[n] for n in alloc.nodes}
+        limit = self.cfg.high_power_starts_per_rack
+        if any(ctx.high_power.get(r, 0) >= limit for r in racks):
+            return False
+        for r in racks:
+            ctx.high_power[r] = ctx.high_power.get(r, 0) + 1
+        return True
+
+    def _try_preempt(self, job: Job, types: list[str], n: int, now: float, ctx: _Cycle) -> bool:
+        for t in types:
+            if ctx.attempts >= self.cfg.max_preemption_attempts:
+                return False
+            if not self._admissible(job, t, n):
+                continue
+            within = self.quota.within(job.team, t, n, job.tier)
+            s = job.spec
+            sig = (t, s.tp_size, s.max_racks, s.power_profile, int(job.tier), within, job.team)
+            if ctx.preempt_failed.get(sig, math.inf) <= n:
+                continue
+            ctx.attempts += 1
+            candidates = [
+                v
+                for v in self.running_by_type[t].values()
+                if v.id not in self.pending_stops
+                and v.started_at != now  # never undo a start of this very cycle
+                and self.policy.may_preempt(self, job, v, within)
+            ]
+            plan = None
+            if candidates:
+                plan = plan_preemption(
+                    self.index,
+                    self._request(job, t, n),
+                    candidates,
+                    allowed_shrink=lambda v: self.policy.elastic and v.spec.is_elastic,
+                    watts=self._watts,
+                    strategy=self.policy.placement,
+                    now=now,
+                )
+            if plan is None:
+                ctx.preempt_failed[sig] = n
+                continue
+            self._execute(job, plan, within, now, ctx)
+            return True
+        return False
+
+    def _execute(
+        self, job: Job, plan: PreemptionPlan, within: bool, now: float, ctx: _Cycle
+    ) -> None:
+        ctx.failed.clear()
+        ctx.preempt_failed.clear()
+        waiting: set[str] = set()
+        for victim in plan.victims:
+            v = victim.job
+            why = (
+                f"reclaimed by team {job.team} for job {job.id}"
+                if v.borrowed and within and v.team != job.team
+                else f"tier-{int(job.tier)} job {job.id} needs the GPUs"
+            )
+            if victim.shrink_to is not None:
+                self._resize(v, victim.shrink_to, now, f"shrunk: {why}")
+                continue
+            grace = self._grace(v)
+            order = Preempt(v.id, grace, why, for_job=job.id, checkpoint=grace > 0)
+            self._decisions.append(order)
+            v.preemptions += 1
+            ctx.preempted += 1
+            if grace == 0:
+                self._stop(v, now, keep_all=self.policy.suspend_saves)
+            else:
+                v.preempting = True
+                self.pending_stops[v.id] = order
+                self.hold_of[v.id] = job.id
+                waiting.add(v.id)
+        if waiting:
+            self._hold(job, plan.allocation, waiting)
+        else:
+            self._start(job, plan.allocation, now)
+
+    def _grace(self, victim: Job) -> float:
+        if not self.policy.tiers or victim.tier == Tier.EXPLORATORY:
+            return 0.0
+        return self.cfg.tier2_grace_s
+
+    def _grow(self, now: float, blocked_types: set[str]) -> None:
+        for job in sorted(self.elastic_running.values(), key=lambda j: (j.tier, j.seq)):
+            t = job.allocation.gpu_type
+            if t in blocked_types or job.id in self.pending_stops or not self.index.type_free[t]:
+                continue
+            bigger = grown_allocation(self.index, job, self._watts(job))
+            if bigger is not None:
+                self._resize(job, bigger, now, "grown into free capacity")
+
+    # -- state changes ---------------------------------------------------------------------
+
+    def _watts(self, job: Job, gpu_type: str | None = None) -> float:
+        t = gpu_type or job.allocation.gpu_type
+        return self.index.watts_per_gpu(t, job.spec.power_profile)
+
+    def _running(self, job_id: str) -> Job:
+        job = self.running.get(job_id)
+        if job is None:
+            raise InvalidInput(f"job {job_id!r} is not running")
+        return job
+
+    def _start(self, job: Job, alloc: Allocation, now: float) -> None:
+        t = alloc.gpu_type
+        w = self._watts(job, t)
+        for node, gpus in alloc.slots:
+            self.index.take(node, gpus_to_mask(gpus), w)
+            self.node_jobs[node].add(job.id)
+        job.allocation = alloc
+        job.state = JobState.RUNNING
+        job.speed = self.speed(job, t)
+        restarting = job.first_start is not None
+        job.begin_segment(now, self.cfg.restart_overhead_s if restarting else 0.0)
+        job.started_at = now
+        if job.first_start is None:
+            job.first_start = now
+        job.queue_s += now - job.queued_since
+        self.quota.add(job.team, t, job.tier, alloc.gpus)
+        self.fair.add(job.team, t, alloc.gpus)
+        self.running[job.id] = job
+        self.running_by_type[t][job.id] = job
+        self.team_jobs.setdefault((job.team, t), {})[job.id] = job
+        if job.spec.is_elastic and self.policy.elastic:
+            self.elastic_running[job.id] = job
+        self.queue.remove(job)
+        self._rebalance(job.team, t)
+        self._decisions.append(Start(job.id, alloc, job.borrowed))
+
+    def _release(self, job: Job) -> None:
+        alloc = job.allocation
+        t = alloc.gpu_type
+        w = self._watts(job)
+        for node, gpus in alloc.slots:
+            self.index.give(node, gpus_to_mask(gpus), w)
+            self.node_jobs[node].discard(job.id)
+        self.quota.add(job.team, t, job.tier, -alloc.gpus)
+        self.fair.add(job.team, t, -alloc.gpus)
+        del self.running[job.id]
+        del self.running_by_type[t][job.id]
+        del self.team_jobs[(job.team, t)][job.id]
+        self.elastic_running.pop(job.id, None)
+        job.allocation = None
+        job.borrowed = False
+        job.preempting = False
+        job.started_at = None
+        self._rebalance(job.team, t)
+
+    def _rebalance(self, team: str, gpu_type: str) -> None:
+        """Fill the team's quota with its running jobs by tier, then age; the rest borrow (S2)."""
+        if not self.policy.quotas:
+            return
+        room = self.quota.limit(team, gpu_type)
+        tier1_excess = 0
+        jobs = self.team_jobs.get((team, gpu_type), {})
+        for job in sorted(jobs.values(), key=lambda j: (j.tier, j.seq)):
+            held = job.gpus_held
+            if job.tier == Tier.CORE:
+                tier1_excess += max(0, held - room)
+            job.borrowed = held > room
+            room = max(0, room - held)
+        self.quota.tier1_excess[(team, gpu_type)] = tier1_excess
+
+    def _stop(self, job: Job, now: float, keep_all: bool, demote: bool = False) -> None:
+        """Stop a running job and queue it again with the progress its checkpoint kept."""
+        job.advance(now)
+        job.close_segment(job.progress_s if keep_all else job.saved_progress(now))
+        self._release(job)
+        job.state = JobState.PENDING
+        job.queued_since = now
+        if demote:
+            job.tier = Tier(job.tier + 1)
+            job.failure_demoted = True
+        self.queue.add(job)
+
+    def _resize(self, job: Job, alloc: Allocation, now: float, reason: str) -> None:
+        old = job.allocation
+        w = self._watts(job)
+        job.advance(now)
+        job.close_segment(job.progress_s)
+        old_set = {(n, g) for n, gs in old.slots for g in gs}
+        new_set = {(n, g) for n, gs in alloc.slots for g in gs}
+        for node, gpu in old_set - new_set:
+            self.index.give(node, 1 << gpu, w)
+        for node, gpu in new_set - old_set:
+            self.index.take(node, 1 << gpu, w)
+        for node in set(old.nodes) - set(alloc.nodes):
+            self.node_jobs[node].discard(job.id)
+        for node in alloc.nodes:
+            self.node_jobs[node].add(job.id)
+        t = alloc.gpu_type
+        self.quota.add(job.team, t, job.tier, alloc.gpus - old.gpus)
+        self.fair.add(job.team, t, alloc.gpus - old.gpus)
+        job.allocation = alloc
+        job.begin_segment(now)
+        self._rebalance(job.team, t)
+        self._decisions.append(Resize(job.id, alloc, reason))
+
+    def _hold(self, job: Job, alloc: Allocation, waiting: set[str]) -> None:
+        hold = Hold(job, alloc, waiting)
+        self.holds[job.id] = hold
+        self.queue.remove(job)
+        self._take_free_part(hold)
+
+    def _take_free_part(self, hold: Hold) -> None:
+        w = self._watts(hold.job, hold.allocation.gpu_type)
+        for node, gpus in hold.allocation.slots:
+            mask = gpus_to_mask(gpus) & self.index.free_mask[node]
+            if mask:
+                self.index.take(node, mask, w)
+                hold.held.append((node, mask))
+
+    def _victim_gone(self, victim_id: str, now: float) -> None:
+        holder = self.hold_of.pop(victim_id, None)
+        if holder is None or holder not in self.holds:
+            return
+        hold = self.holds[holder]
+        hold.waiting.discard(victim_id)
+        self._take_free_part(hold)
+        if not hold.waiting:
+            self._give_back(hold)
+            del self.holds[holder]
+            self._start(hold.job, hold.allocation, now)
+
+    def _cancel_hold(self, hold: Hold) -> None:
+        self._give_back(hold)
+        del self.holds[hold.job.id]
+        for victim_id in hold.waiting:
+            self.hold_of.pop(victim_id, None)
+        self.queue.add(hold.job)
+
+    def _give_back(self, hold: Hold) -> None:
+        w = self._watts(hold.job, hold.allocation.gpu_type)
+        for node, mask in hold.held:
+            self.index.give(node, mask, w)
+        hold.held.clear()
+
+    def _tier1_can_fit(self, spec) -> bool:
+        """A tier-1 job must fit in its team's quota plus the unowned pool of some accepted type
+        (it can never be preempted, so it may not hold another team's guarantee); a larger
+        tier-1 request runs at tier 2."""
+        need = spec.elastic_range[0]
+        return any(
+            self.quota.limit(spec.team, t) + self.quota.pool.get(t, 0) >= need
+            for t in self.index.max_size
+            if spec.speed_on(t, 1.0) is not None
+        )
+
+    def _check_fits(self, spec) -> None:
+        accepted = [t for t in self.index.max_size if spec.speed_on(t, 1.0) is not None]
+        if not accepted:
+            wanted = ", ".join(spec.gpu_types) or "any"
+            have = ", ".join(self.index.max_size)
+            raise InvalidInput(
+                f"job {spec.id!r} accepts GPU types {wanted}; the cluster has {have}"
+            )
+        need = spec.elastic_range[0]
+        best = 0
+        for t in accepted:
+            key = (t, spec.max_racks)
+            if key not in self._max_gang:
+                self._max_gang[key] = self.cluster.max_gang(t, spec.max_racks)
+            best = max(best, self._max_gang[key])
+        if need > best:
+            within = f" within {spec.max_racks} rack(s)" if spec.max_racks else ""
+            raise InvalidInput(
+                f"job {spec.id!r} needs {need} GPUs but at most {best} GPUs of its accepted "
+                f"types exist{within}"
+            )
+        if spec.tp_size > max(self._max_domain[t] for t in accepted):
+            raise InvalidInput(
+                f"job {spec.id!r}: tp_size {spec.tp_size} is larger than any NVLink domain"
+            )

@@ -1,0 +1,5 @@
+"""The trace-driven, event-driven simulator: the engine on a virtual clock."""
+
+from gpu_arbiter.sim.simulator import SimConfig, SimResult, Simulator, simulate
+
+__all__ = ["SimConfig", "SimResult", "Simulator", "simulate"]

@@ -1,0 +1,1 @@
+"""Workloads as `JobSpec`s: readers for public trace formats and a seeded synthetic generator."""

@@ -1,0 +1,107 @@
+"""The `arbiter` command as a user runs it: one JSON object, one-line errors, exit codes."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+ARBITER = [sys.executable, "-m", "gpu_arbiter.cli"]
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*ARBITER, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_simulate_json_has_the_promised_fields():
+    out = run(
+        "simulate",
+        "--workload",
+        "synthetic:150",
+        "--seed",
+        "4",
+        "--policy",
+        "arbiter",
+        "--cluster",
+        "small",
+        "--json",
+    )
+    assert out.returncode == 0, out.stderr
+    kpis = json.loads(out.stdout)
+    for field in (
+        "policy",
+        "jobs",
+        "completed",
+        "avg_jct_s",
+        "p50_jct_s",
+        "p99_jct_s",
+        "p99_queue_delay_s_by_tier",
+        "utilization",
+        "goodput",
+        "preemptions",
+        "fragmentation",
+        "tier1_preempted",
+        "sim_wall_s",
+    ):
+        assert field in kpis
+    assert set(kpis["p99_queue_delay_s_by_tier"]) == {"1", "2", "3"}
+    assert kpis["jobs"] == kpis["completed"] == 150
+    assert kpis["tier1_preempted"] == 0
+
+
+def test_same_seed_same_result_apart_from_wall_time():
+    a = json.loads(run("simulate", "--workload", "synthetic:120", "--seed", "9", "--json").stdout)
+    b = json.loads(run("simulate", "--workload", "synthetic:120", "--seed", "9", "--json").stdout)
+    a.pop("sim_wall_s"), b.pop("sim_wall_s")
+    assert a == b
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--policy", "nope"), "unknown policy 'nope'"),
+        (("--workload", "synthetic:0"), "N must be > 0"),
+        (("--workload", "synthetic:-3"), "N must be > 0"),
+        (("--cluster", "no-such-preset"), "unknown cluster"),
+    ],
+)
+def test_bad_input_is_one_line_and_non_zero(args, message):
+    out = run("simulate", *args, "--json")
+    assert out.returncode != 0
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_malformed_cluster_yaml_names_the_problem(tmp_path):
+    bad = tmp_path / "c.yaml"
+    bad.write_text("racks: [\n  {name: r0\n")
+    out = run("simulate", "--cluster", str(bad), "--json")
+    assert out.returncode == 2
+    assert "malformed YAML" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_cluster_yaml_with_a_bad_field_names_it(tmp_path):
+    bad = tmp_path / "c.yaml"
+    bad.write_text("racks:\n  - {name: r0, nodes: 2, gpu_type: H100, gpus_per_node: -1}\n")
+    out = run("simulate", "--cluster", str(bad), "--json")
+    assert out.returncode == 2
+    assert "gpus_per_node" in out.stderr
+
+
+def test_job_bigger_than_the_cluster_is_refused(tmp_path):
+    tiny = tmp_path / "tiny.yaml"
+    tiny.write_text(
+        "racks:\n  - {name: r0, nodes: 1, gpu_type: P100, gpus_per_node: 2}\n"
+        "gpu_types:\n  - {name: P100, speed: 0.2, power_w: 250}\n"
+    )
+    trace = tmp_path / "jobs.csv"
+    trace.write_text(
+        "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
+        "0,1,0,606,vgg19,164,30\n1,8,30,133,vgg11,147,23\n"
+    )
+    out = run(
+        "simulate", "--cluster", str(tiny), "--trace", str(trace), "--format", "tiresias", "--json"
+    )
+    assert out.returncode == 2
+    assert "needs 8 GPUs" in out.stderr and "Traceback" not in out.stderr
