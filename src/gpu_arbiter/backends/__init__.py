@@ -1,0 +1,1 @@
+"""Executors that carry out the engine's decisions: local processes, Slurm, Kubernetes."""
