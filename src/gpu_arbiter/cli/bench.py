@@ -1,0 +1,126 @@
+"""`arbiter bench`: replay one workload under several policies and write a comparison directory.
+
+The workload is read once; each policy replays the same jobs on the same cluster. What lands in
+`--out` is described in `gpu_arbiter/sim/report.py` (results.json, report.md, per-policy
+records.csv and three PNG plots).
+
+Without `--cluster`, the cluster follows the trace: an Alibaba v2023 trace runs on its real node
+list; a Gavel trace runs on the cluster of the `cluster_specs*.json` found beside it or one
+folder up (the heterogeneous spec first, as Gavel's own experiments compare on it), else on
+`DEFAULT_GAVEL_CLUSTER`; anything else runs on the `small` preset.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from gpu_arbiter.cli.inputs import CLUSTER_HELP, load_inputs
+from gpu_arbiter.domain import InvalidInput
+from gpu_arbiter.engine.policies import POLICIES
+from gpu_arbiter.sim import SimResult, simulate
+from gpu_arbiter.sim.report import BenchSource, write_bench
+
+DEFAULT_POLICIES = ",".join(POLICIES)
+DEFAULT_GAVEL_CLUSTER = "gavel:36:36:36"  # the 108-GPU mix of Gavel's simulated experiments
+GAVEL_SPEC_FILES = ("cluster_specs_heterogeneous.json", "cluster_specs.json")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bench")(bench)
+
+
+def parse_policies(text: str) -> list[str]:
+    """A comma list of known policy names, in the order given, each once."""
+    names = list(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
+    if not names:
+        raise InvalidInput("--policies: give at least one policy")
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown:
+        raise InvalidInput(
+            f"--policies: unknown {', '.join(unknown)}; use some of {', '.join(POLICIES)}"
+        )
+    return names
+
+
+def gavel_cluster_beside(trace: Path) -> str | None:
+    """The first cluster of a Gavel `cluster_specs*.json` next to the trace or one folder up."""
+    for folder in (trace.parent, trace.parent.parent):
+        for name in GAVEL_SPEC_FILES:
+            path = folder / name
+            if not path.is_file():
+                continue
+            try:
+                specs = json.loads(path.read_text())
+                first = next(iter(specs.values()))[0]
+            except (ValueError, AttributeError, StopIteration, IndexError, TypeError):
+                raise InvalidInput(
+                    f"{path}: expected {{name: ['v100:p100:k80', ...]}} cluster specs"
+                ) from None
+            return f"gavel:{first}"
+    return None
+
+
+def default_cluster(trace: Path | None, fmt: str | None) -> str:
+    if trace is not None and fmt == "alibaba-v2023":
+        return "alibaba-v2023"
+    if trace is not None and fmt == "gavel":
+        return gavel_cluster_beside(trace) or DEFAULT_GAVEL_CLUSTER
+    return "small"
+
+
+def bench(
+    out: Annotated[Path, typer.Option(help="Directory to write the comparison into.")],
+    policies: Annotated[
+        str, typer.Option(help="Comma list of policies to compare, in report order.")
+    ] = DEFAULT_POLICIES,
+    trace: Annotated[Path | None, typer.Option(help="Replay this trace file.")] = None,
+    fmt: Annotated[str | None, typer.Option("--format", help="Format of --trace.")] = None,
+    workload: Annotated[
+        str, typer.Option(help="synthetic:N — N seeded synthetic jobs (ignored with --trace).")
+    ] = "synthetic:1000",
+    seed: Annotated[
+        int, typer.Option(help="Seed of the workload (and of trace tier/team draws).")
+    ] = 0,
+    cluster: Annotated[
+        str | None,
+        typer.Option(help=CLUSTER_HELP + " Default: follows the trace (see `arbiter bench`)."),
+    ] = None,
+    load: Annotated[float, typer.Option(help="Offered load of the synthetic workload.")] = 0.9,
+    strict: Annotated[bool, typer.Option(help="Fail on the first bad trace row.")] = False,
+    limit: Annotated[int | None, typer.Option(help="Read at most this many trace jobs.")] = None,
+) -> None:
+    """Compare policies on one workload: results.json, report.md, records and plots in --out."""
+    names = parse_policies(policies)
+    inputs = load_inputs(
+        cluster or default_cluster(trace, fmt), workload, seed, load, trace, fmt, strict, limit
+    )
+    err = Console(stderr=True)
+    if inputs.stats is not None:
+        err.print(f"trace: {inputs.stats.summary()}", highlight=False, markup=False)
+    results: dict[str, SimResult] = {}
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} policies"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err) as progress:
+        task = progress.add_task("simulating", total=len(names))
+        for name in names:
+            progress.update(task, description=f"simulating {name}")
+            results[name] = simulate(inputs.cluster, inputs.teams, name, inputs.jobs)
+            progress.advance(task)
+    source = BenchSource(
+        workload=str(trace) if trace is not None else workload,
+        fmt=fmt if trace is not None else None,
+        stats=inputs.stats,
+        seed=seed,
+    )
+    write_bench(out, source, results)
+    typer.echo(f"wrote {out / 'results.json'}, {out / 'report.md'} and plots")

@@ -1,0 +1,214 @@
+"""A policy comparison written to a directory: one replay of one workload under several policies.
+
+`write_bench` lays out
+
+* `results.json` — `{"workload": ..., "trace": ..., "cluster": ..., "policies": {name: kpis}}`,
+  where each `kpis` is exactly the object `arbiter simulate --json` prints for that policy and
+  `policies` keeps the order the policies were asked for; `trace` is the read summary
+  (`null` for a synthetic workload);
+* `report.md` — the KPI table (one column per policy, the best policy per KPI), the read
+  summary and links to the plots;
+* `<policy>/records.csv` — one row per job, to dig into what a KPI hides;
+* `jct_cdf.png`, `queue_delay_by_tier.png`, `utilization_goodput.png` (see `sim/plots.py`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpu_arbiter.metrics import JobRecord
+from gpu_arbiter.sim.plots import PLOTS
+from gpu_arbiter.sim.simulator import SimResult
+from gpu_arbiter.traces.base import ReadStats
+
+RECORD_FIELDS = (
+    "id",
+    "team",
+    "tier",
+    "gpus",
+    "gpu_type",
+    "submit_s",
+    "first_start_s",
+    "finish_s",
+    "jct_s",
+    "queue_delay_s",
+    "preemptions",
+    "restarts",
+    "completed",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BenchSource:
+    """What was replayed: `workload` names it (a trace path or `synthetic:N`), `stats` is the
+    trace read summary (None for a synthetic workload)."""
+
+    workload: str
+    fmt: str | None
+    stats: ReadStats | None
+    seed: int
+
+
+@dataclass(frozen=True, slots=True)
+class Kpi:
+    """A row of the report: how to read the value, how to show it, and which way is better."""
+
+    label: str
+    value: Callable[[dict], float]
+    show: Callable[[float], str]
+    lower_is_better: bool = True
+
+
+def _dur(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _pct(x: float) -> str:
+    return f"{x:.1%}"
+
+
+def _tier(key: str, tier: str) -> Callable[[dict], float]:
+    return lambda k: k[key][tier]
+
+
+KPIS: tuple[Kpi, ...] = (
+    Kpi("mean JCT", lambda k: k["avg_jct_s"], _dur),
+    Kpi("P50 JCT", lambda k: k["p50_jct_s"], _dur),
+    Kpi("P99 JCT", lambda k: k["p99_jct_s"], _dur),
+    *(
+        Kpi(f"P99 queueing, tier {t}", _tier("p99_queue_delay_s_by_tier", t), _dur)
+        for t in ("1", "2", "3")
+    ),
+    *(
+        Kpi(f"P50 queueing, tier {t}", _tier("p50_queue_delay_s_by_tier", t), _dur)
+        for t in ("1", "2", "3")
+    ),
+    Kpi("utilisation", lambda k: k["utilization"], _pct, lower_is_better=False),
+    Kpi("goodput", lambda k: k["goodput"], _pct, lower_is_better=False),
+    Kpi("preemptions", lambda k: k["preemptions"], lambda x: f"{x:.0f}"),
+    Kpi("tier-1 preempted", lambda k: k["tier1_preempted"], lambda x: f"{x:.0f}"),
+    Kpi("fragmentation", lambda k: k["fragmentation"], _pct),
+    Kpi("SLA attainment", lambda k: k["sla_attainment"], _pct, lower_is_better=False),
+    Kpi("unfinished jobs", lambda k: k["unfinished"], lambda x: f"{x:.0f}"),
+)
+
+
+def best_policies(kpi: Kpi, kpis: Mapping[str, dict]) -> list[str]:
+    """Every policy that ties for the best value of `kpi` (ties are common: 0 s queueing)."""
+    values = {name: kpi.value(k) for name, k in kpis.items()}
+    best = min(values.values()) if kpi.lower_is_better else max(values.values())
+    return [name for name, v in values.items() if abs(v - best) <= 1e-9 * max(1.0, abs(best))]
+
+
+def results_json(source: BenchSource, results: Mapping[str, SimResult]) -> dict:
+    first = next(iter(results.values())).kpis
+    stats = source.stats
+    return {
+        "workload": source.workload,
+        "format": source.fmt,
+        "seed": source.seed,
+        "trace": None
+        if stats is None
+        else {
+            "source": stats.source,
+            "rows": stats.rows,
+            "jobs": stats.jobs,
+            "skipped": dict(stats.skipped),
+            "bad": dict(stats.bad),
+            "summary": stats.summary(),
+        },
+        "cluster": {"name": first["cluster"], "gpus": first["gpus"]},
+        "policies": {name: r.kpis for name, r in results.items()},
+    }
+
+
+def report_markdown(source: BenchSource, results: Mapping[str, SimResult]) -> str:
+    kpis = {name: r.kpis for name, r in results.items()}
+    first = next(iter(kpis.values()))
+    names = list(kpis)
+    lines = [
+        f"# Policy comparison: {source.workload}",
+        "",
+        f"- cluster: {first['cluster']} ({first['gpus']} GPUs)",
+        f"- jobs: {first['jobs']}; seed {source.seed}",
+    ]
+    if source.stats is not None:
+        lines.append(f"- trace read ({source.fmt}): {source.stats.summary()}")
+    lines += [
+        "",
+        "| KPI | " + " | ".join(names) + " | best |",
+        "|---|" + "---:|" * len(names) + "---|",
+    ]
+    for kpi in KPIS:
+        cells = [kpi.show(kpi.value(kpis[n])) for n in names]
+        best = best_policies(kpi, kpis)
+        best_text = "all" if len(best) == len(names) else ", ".join(best)
+        lines.append(f"| {kpi.label} | " + " | ".join(cells) + f" | {best_text} |")
+    lines += [
+        "",
+        "Simulated in: " + ", ".join(f"{n} {kpis[n]['sim_wall_s']:.1f} s" for n in names) + ".",
+        "",
+        "## Plots",
+        "",
+        *(f"![{title}]({file})" for file, (title, _) in PLOTS.items()),
+        "",
+        "## Job records",
+        "",
+        *(f"- [{n}]({n}/records.csv)" for n in names),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_records(path: Path, records: list[JobRecord]) -> None:
+    with path.open("w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(RECORD_FIELDS)
+        for r in records:
+            out.writerow(
+                (
+                    r.id,
+                    r.team,
+                    r.tier,
+                    r.gpus,
+                    r.gpu_type or "",
+                    r.submit_s,
+                    "" if r.first_start is None else r.first_start,
+                    "" if r.finished_at is None else r.finished_at,
+                    "" if r.jct_s is None else r.jct_s,
+                    "" if r.queue_delay_s is None else r.queue_delay_s,
+                    r.preemptions,
+                    r.restarts,
+                    int(r.completed),
+                )
+            )
+
+
+def write_bench(out: Path, source: BenchSource, results: Mapping[str, SimResult]) -> list[Path]:
+    """Write the whole results directory; returns the files written."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    path = out / "results.json"
+    path.write_text(json.dumps(results_json(source, results), indent=2, sort_keys=False) + "\n")
+    written.append(path)
+    path = out / "report.md"
+    path.write_text(report_markdown(source, results))
+    written.append(path)
+    for name, result in results.items():
+        (out / name).mkdir(exist_ok=True)
+        path = out / name / "records.csv"
+        write_records(path, result.records)
+        written.append(path)
+    for file, (_, draw) in PLOTS.items():
+        path = out / file
+        draw(results, path)
+        written.append(path)
+    return written

@@ -1,0 +1,93 @@
+"""The comparison directory `write_bench` lays out, from real runs of a small workload."""
+
+import csv
+import json
+
+import pytest
+
+from gpu_arbiter.domain.presets import small
+from gpu_arbiter.engine.policies import POLICIES
+from gpu_arbiter.sim import simulate
+from gpu_arbiter.sim.plots import PLOTS
+from gpu_arbiter.sim.report import (
+    KPIS,
+    RECORD_FIELDS,
+    BenchSource,
+    best_policies,
+    report_markdown,
+    results_json,
+    write_bench,
+)
+from gpu_arbiter.traces.synthetic import synthetic_teams, synthetic_workload
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def results():
+    topo = small()
+    jobs = synthetic_workload(60, 3, topo, load=0.9)
+    teams = synthetic_teams(topo)
+    return {name: simulate(topo, teams, name, jobs) for name in POLICIES}
+
+
+@pytest.fixture
+def source():
+    return BenchSource(workload="synthetic:60", fmt=None, stats=None, seed=3)
+
+
+def test_bench_directory_has_results_report_plots_and_records_for_every_policy(
+    tmp_path, results, source
+):
+    written = write_bench(tmp_path / "out", source, results)
+    out = tmp_path / "out"
+    expected = {out / "results.json", out / "report.md"}
+    expected |= {out / name / "records.csv" for name in POLICIES}
+    expected |= {out / file for file in PLOTS}
+    assert set(written) == expected
+    for file in PLOTS:
+        assert (out / file).read_bytes().startswith(PNG_MAGIC)
+    data = json.loads((out / "results.json").read_text())
+    assert list(data["policies"]) == list(POLICIES)
+
+
+def test_results_json_holds_each_policys_simulate_kpis_unchanged(results, source):
+    data = json.loads(json.dumps(results_json(source, results)))
+    for name, r in results.items():
+        assert data["policies"][name] == json.loads(json.dumps(r.kpis))
+    assert data["trace"] is None
+    assert data["cluster"] == {"name": "small", "gpus": 64}
+
+
+def test_records_csv_has_one_row_per_job_with_jct_and_queue_delay(tmp_path, results, source):
+    write_bench(tmp_path, source, results)
+    with (tmp_path / "arbiter" / "records.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert tuple(rows[0]) == RECORD_FIELDS
+    assert len(rows) == 60
+    for row in rows:
+        if row["completed"] == "1":
+            jct = float(row["finish_s"]) - float(row["submit_s"])
+            assert float(row["jct_s"]) == pytest.approx(jct)
+            assert float(row["queue_delay_s"]) >= 0
+
+
+def test_report_has_a_row_per_kpi_a_column_per_policy_and_links_the_plots(results, source):
+    text = report_markdown(source, results)
+    header = next(line for line in text.splitlines() if line.startswith("| KPI"))
+    assert header == "| KPI | " + " | ".join(POLICIES) + " | best |"
+    for kpi in KPIS:
+        assert f"| {kpi.label} |" in text
+    for file in PLOTS:
+        assert f"]({file})" in text
+
+
+def test_best_policy_lists_every_tie_and_respects_direction():
+    kpis = {
+        "a": {"avg_jct_s": 5.0, "goodput": 0.5},
+        "b": {"avg_jct_s": 5.0, "goodput": 0.7},
+        "c": {"avg_jct_s": 9.0, "goodput": 0.7},
+    }
+    by_label = {k.label: k for k in KPIS}
+    assert best_policies(by_label["mean JCT"], kpis) == ["a", "b"]
+    assert best_policies(by_label["goodput"], kpis) == ["b", "c"]

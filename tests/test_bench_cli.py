@@ -1,0 +1,96 @@
+"""`arbiter bench` as a user runs it: every requested policy lands in one results directory."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpu_arbiter.cli.bench import DEFAULT_GAVEL_CLUSTER, default_cluster, gavel_cluster_beside
+from gpu_arbiter.domain import InvalidInput
+
+ARBITER = [sys.executable, "-m", "gpu_arbiter.cli"]
+TRACES = Path(__file__).resolve().parent / "fixtures" / "traces"
+ALL = ("fifo", "backfill", "tiresias", "gavel", "arbiter")
+PLOTS = ("jct_cdf.png", "queue_delay_by_tier.png", "utilization_goodput.png")
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*ARBITER, *args], capture_output=True, text=True, timeout=120)
+
+
+def assert_complete(out: Path, policies: tuple[str, ...]) -> dict:
+    for name in ("results.json", "report.md", *PLOTS):
+        assert (out / name).stat().st_size > 0, name
+    for name in policies:
+        assert (out / name / "records.csv").is_file()
+    data = json.loads((out / "results.json").read_text())
+    assert list(data["policies"]) == list(policies)
+    return data
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--trace", str(TRACES / "openb_pod_list_sample.csv"), "--format", "alibaba-v2023"),
+        ("--trace", str(TRACES / "gavel_small_test.trace"), "--format", "gavel"),
+        ("--workload", "synthetic:60", "--seed", "2"),
+    ],
+    ids=["alibaba-v2023", "gavel", "synthetic"],
+)
+def test_bench_writes_every_file_with_every_policy(tmp_path, args):
+    out = run("bench", *args, "--policies", ",".join(ALL), "--out", str(tmp_path / "b"))
+    assert out.returncode == 0, out.stderr
+    data = assert_complete(tmp_path / "b", ALL)
+    report = (tmp_path / "b" / "report.md").read_text()
+    assert all(f"]({p})" in report for p in PLOTS)
+    if "--trace" in args:
+        assert data["trace"]["jobs"] == data["policies"]["fifo"]["jobs"]
+        assert "trace read" in report
+
+
+def test_bench_kpis_are_the_fields_and_values_of_simulate_json(tmp_path):
+    workload = ("--workload", "synthetic:60", "--seed", "5", "--cluster", "small")
+    out = run("bench", *workload, "--policies", "backfill", "--out", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    bench = json.loads((tmp_path / "results.json").read_text())["policies"]["backfill"]
+    sim = run("simulate", *workload, "--policy", "backfill", "--json")
+    single = json.loads(sim.stdout)
+    assert set(bench) == set(single)
+    bench.pop("sim_wall_s"), single.pop("sim_wall_s")
+    assert bench == single
+
+
+def test_unknown_policies_are_named_in_one_line_and_exit_2(tmp_path):
+    out = run(
+        "bench",
+        "--workload",
+        "synthetic:10",
+        "--policies",
+        "fifo,lottery,srtf",
+        "--out",
+        str(tmp_path),
+    )
+    assert out.returncode == 2
+    assert "unknown lottery, srtf" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_trace_formats_pick_their_own_cluster_unless_told():
+    alibaba = TRACES / "openb_pod_list_sample.csv"
+    assert default_cluster(alibaba, "alibaba-v2023") == "alibaba-v2023"
+    assert default_cluster(TRACES / "gavel_small_test.trace", "gavel") == DEFAULT_GAVEL_CLUSTER
+    assert default_cluster(None, None) == "small"
+
+
+def test_gavel_cluster_comes_from_the_spec_file_one_folder_up(tmp_path):
+    (tmp_path / "seed=0").mkdir()
+    (tmp_path / "cluster_specs.json").write_text('{"philly": ["500:0:0"]}')
+    assert gavel_cluster_beside(tmp_path / "seed=0" / "x.trace") == "gavel:500:0:0"
+    (tmp_path / "cluster_specs_heterogeneous.json").write_text('{"philly": ["300:300:300"]}')
+    assert gavel_cluster_beside(tmp_path / "seed=0" / "x.trace") == "gavel:300:300:300"
+    (tmp_path / "cluster_specs_heterogeneous.json").write_text("[]")
+    with pytest.raises(InvalidInput, match="cluster specs"):
+        gavel_cluster_beside(tmp_path / "seed=0" / "x.trace")
