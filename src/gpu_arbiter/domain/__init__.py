@@ -16,11 +16,21 @@ from gpu_arbiter.domain.events import (
     Resize,
     Start,
 )
-from gpu_arbiter.domain.job import Allocation, Job, JobKind, JobSpec, JobState, Tier
+from gpu_arbiter.domain.job import (
+    PATHOLOGIES,
+    Allocation,
+    Job,
+    JobKind,
+    JobSpec,
+    JobState,
+    Tier,
+    checkpointed_s,
+)
 from gpu_arbiter.domain.team import Team, default_teams
 
 __all__ = [
     "GPU_CATALOG",
+    "PATHOLOGIES",
     "Allocation",
     "ArbiterError",
     "Cluster",
@@ -43,5 +53,6 @@ __all__ = [
     "Start",
     "Team",
     "Tier",
+    "checkpointed_s",
     "default_teams",
 ]

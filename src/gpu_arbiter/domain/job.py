@@ -37,6 +37,19 @@ class JobKind(StrEnum):
     INFERENCE = "inference"
 
 
+# F5 pathologies a simulated job can develop (reliability.Pathology names them too).
+PATHOLOGIES = ("nan_loss", "grad_explosion", "divergence", "io_stall")
+
+
+def checkpointed_s(productive_s: float, interval_s: float | None) -> float:
+    """Of `productive_s` progress-making seconds of one run segment, how many the segment's
+    last periodic checkpoint (every `interval_s` of them) covers; 0 without checkpointing.
+    A checkpoint due exactly at the end counts as taken. The one rule for lost work (F2)."""
+    if interval_s is None:
+        return 0.0
+    return min(productive_s, math.floor(productive_s / interval_s + 1e-9) * interval_s)
+
+
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     """A request for GPUs. Validated on construction; an invalid spec raises `InvalidInput`.
@@ -62,10 +75,15 @@ class JobSpec:
     power_profile: str = "normal"
     gpu_milli: int = 1000
     kind: JobKind = JobKind.TRAINING
+    latency_slo_ms: float | None = None  # S9: the P99 latency an inference service promises
     justification: str | None = None
     data_locality: str | None = None
     user: str | None = None
     command: str | None = None
+    # Simulation only, like `duration_s`: the F5 pathology the job develops (one of
+    # PATHOLOGIES) and when, in seconds of its run, so circuit breakers have work to do.
+    pathology: str | None = None
+    pathology_onset_s: float = 3600.0
 
     def __post_init__(self) -> None:
         where = f"job {self.id!r}"
@@ -113,6 +131,24 @@ class JobSpec:
             raise InvalidInput(f"{where}: gpu_milli must be in 1..1000, got {self.gpu_milli}")
         if self.gpu_milli < 1000 and self.gpus != 1:
             raise InvalidInput(f"{where}: a fractional GPU (gpu_milli < 1000) needs gpus == 1")
+        if self.gpu_milli < 1000 and self.is_elastic:
+            raise InvalidInput(f"{where}: a fractional GPU (gpu_milli < 1000) cannot be elastic")
+        if self.latency_slo_ms is not None:
+            if self.kind != JobKind.INFERENCE:
+                raise InvalidInput(f"{where}: latency_slo_ms is for inference jobs only")
+            if not (self.latency_slo_ms > 0 and math.isfinite(self.latency_slo_ms)):
+                raise InvalidInput(
+                    f"{where}: latency_slo_ms must be > 0, got {self.latency_slo_ms}"
+                )
+        if self.pathology is not None and self.pathology not in PATHOLOGIES:
+            raise InvalidInput(
+                f"{where}: pathology must be one of {', '.join(PATHOLOGIES)}, "
+                f"got {self.pathology!r}"
+            )
+        if not (self.pathology_onset_s >= 0 and math.isfinite(self.pathology_onset_s)):
+            raise InvalidInput(
+                f"{where}: pathology_onset_s must be >= 0, got {self.pathology_onset_s}"
+            )
 
     @property
     def elastic_range(self) -> tuple[int, int]:
@@ -190,6 +226,13 @@ class Job:
         return self.allocation.gpus if self.allocation else 0
 
     @property
+    def gpu_share(self) -> float:
+        """GPUs held, counting a fractional job (S11) at its share of one GPU."""
+        if self.allocation is None:
+            return 0.0
+        return self.allocation.gpus * self.spec.gpu_milli / 1000
+
+    @property
     def rate(self) -> float:
         """Reference seconds of work per wall second on the current allocation."""
         if self.allocation is None:
@@ -207,7 +250,7 @@ class Job:
         (the time a restarted job spends restoring its checkpoint)."""
         dt = now - self.updated_at
         if dt > 0 and self.allocation is not None:
-            held = self.allocation.gpus
+            held = self.gpu_share
             productive = now - max(self.updated_at, self.stalled_until)
             if productive > 0:
                 self.progress_s = min(
@@ -228,7 +271,7 @@ class Job:
         """End the current run segment keeping `kept` reference seconds of progress (call after
         `advance`): the GPU time that produced kept progress is useful, the rest is lost."""
         if self.allocation is not None and self.rate > 0:
-            gpus = self.allocation.gpus
+            gpus = self.gpu_share
             self.useful_gpu_s += max(0.0, kept - self.segment_progress) / self.rate * gpus
             self.lost_gpu_s += max(0.0, self.progress_s - kept) / self.rate * gpus
         self.progress_s = kept
@@ -244,8 +287,7 @@ class Job:
         if interval is None or self.allocation is None:
             return min(self.checkpoint_s, self.progress_s)
         productive = max(0.0, now - max(self.segment_start, self.stalled_until))
-        k = math.floor(productive / interval + 1e-9)
-        periodic = self.segment_progress + self.rate * k * interval
+        periodic = self.segment_progress + self.rate * checkpointed_s(productive, interval)
         return min(self.progress_s, max(self.checkpoint_s, periodic))
 
     def expected_end(self, now: float) -> float:

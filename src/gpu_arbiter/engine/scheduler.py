@@ -23,6 +23,7 @@ from gpu_arbiter.domain import (
     Decision,
     InvalidInput,
     Job,
+    JobKind,
     JobState,
     Preempt,
     Resize,
@@ -41,6 +42,8 @@ from gpu_arbiter.engine.ordering import PendingQueue
 from gpu_arbiter.engine.placement import Request, gpus_to_mask, place
 from gpu_arbiter.engine.policy import Policy, get_policy
 from gpu_arbiter.engine.preemption import PreemptionPlan, plan_preemption
+from gpu_arbiter.engine.sharing import SharedGpus
+from gpu_arbiter.engine.spares import HotSpares
 
 
 @dataclass(slots=True)
@@ -96,6 +99,8 @@ class Scheduler:
         check_quotas(team_list, capacity)
         self.teams = {t.name: t for t in team_list}
         self.index = CapacityIndex(cluster)
+        self.spares = HotSpares(self.index)
+        self.shared = SharedGpus(self.index)
         self.quota = QuotaBook(self.teams, capacity)
         self.fair = FairShare(
             capacity, {t.name: t.weight for t in team_list}, self.cfg.fairshare_half_life_s
@@ -186,6 +191,7 @@ class Scheduler:
         node = self.cluster.node(name).index
         if self.index.down[node]:
             return []
+        self.spares.lost(node)
         self.index.set_down(node)
         for hold in [h for h in self.holds.values() if node in h.allocation.nodes]:
             self._cancel_hold(hold)
@@ -201,7 +207,13 @@ class Scheduler:
             job.restarts += 1
             self._stop(job, now, keep_all=False, demote=demote)
             self._victim_gone(job_id, now)
+        self._restart_on_spares([self.jobs[j] for j in affected], now)
         return affected
+
+    def reserve_spares(self, names: Iterable[str]) -> None:
+        """Hold these (wholly free) nodes back as hot spares (F2, see `engine.spares`)."""
+        for name in names:
+            self.spares.reserve(self.cluster.node(name).index)
 
     def node_up(self, name: str, now: float) -> None:
         node = self.cluster.node(name).index
@@ -217,6 +229,8 @@ class Scheduler:
                 if n == node:
                     busy |= mask
         self.index.set_up(node, busy)
+        if not busy:
+            self.spares.refill(node)
 
     # -- the cycle -------------------------------------------------------------------------
 
@@ -306,10 +320,17 @@ class Scheduler:
                 res = ctx.reservations.get(t)
                 if res is not None and not self._backfill_ok(res, job, t, n, now):
                     continue
-                sig = (t, spec.tp_size, spec.max_racks, spec.power_profile, spec.data_locality)
+                sig = (
+                    t,
+                    spec.tp_size,
+                    spec.max_racks,
+                    spec.power_profile,
+                    spec.data_locality,
+                    spec.gpu_milli,
+                )
                 if ctx.failed.get(sig, math.inf) <= n:
                     continue
-                alloc = place(self.index, self._request(job, t, n), self.policy.placement)
+                alloc = self._find(job, t, n)
                 if alloc is None:
                     ctx.failed[sig] = n
                     continue
@@ -388,6 +409,8 @@ class Scheduler:
                 for v in self.running_by_type[t].values()
                 if v.id not in self.pending_stops
                 and v.started_at != now  # never undo a start of this very cycle
+                and v.spec.gpu_milli == 1000  # shared GPUs are not freed by one tenant
+                and self._may_yield_to(job, v)
                 and self.policy.may_preempt(self, job, v, within)
             ]
             plan = None
@@ -416,15 +439,16 @@ class Scheduler:
         waiting: set[str] = set()
         for victim in plan.victims:
             v = victim.job
-            why = (
-                f"reclaimed by team {job.team} for job {job.id}"
-                if v.borrowed and within and v.team != job.team
-                else f"tier-{int(job.tier)} job {job.id} needs the GPUs"
-            )
+            if job.spec.kind == JobKind.INFERENCE:
+                why = f"inference job {job.id} needs the GPUs"
+            elif v.borrowed and within and v.team != job.team:
+                why = f"reclaimed by team {job.team} for job {job.id}"
+            else:
+                why = f"tier-{int(job.tier)} job {job.id} needs the GPUs"
             if victim.shrink_to is not None:
                 self._resize(v, victim.shrink_to, now, f"shrunk: {why}")
                 continue
-            grace = self._grace(v)
+            grace = self._grace(v, job)
             order = Preempt(v.id, grace, why, for_job=job.id, checkpoint=grace > 0)
             self._decisions.append(order)
             v.preemptions += 1
@@ -441,10 +465,54 @@ class Scheduler:
         else:
             self._start(job, plan.allocation, now)
 
-    def _grace(self, victim: Job) -> float:
+    def _grace(self, victim: Job, job: Job) -> float:
+        """Tier 3 stops at once, tier 2 gets notice; an inference surge cannot wait (S9)."""
         if not self.policy.tiers or victim.tier == Tier.EXPLORATORY:
             return 0.0
+        if job.spec.kind == JobKind.INFERENCE:
+            return 0.0
         return self.cfg.tier2_grace_s
+
+    def _may_yield_to(self, job: Job, victim: Job) -> bool:
+        """S9: an inference job takes GPUs at once from offline work only: tier-3 or borrowed
+        training, never another service and never owned tier-2 work (that needs notice)."""
+        if job.spec.kind != JobKind.INFERENCE:
+            return True
+        return victim.spec.kind == JobKind.TRAINING and (
+            victim.tier == Tier.EXPLORATORY or victim.borrowed
+        )
+
+    def _find(self, job: Job, gpu_type: str, n: int) -> Allocation | None:
+        """Where `n` GPUs of `gpu_type` for `job` would go now, or None. A fractional job
+        (S11) goes best-fit onto an already shared GPU before it opens a free one."""
+        milli = job.spec.gpu_milli
+        if milli < 1000:
+            found = self.shared.find(gpu_type, milli)
+            if found is not None:
+                return found
+        return place(self.index, self._request(job, gpu_type, n), self.policy.placement)
+
+    def _restart_on_spares(self, displaced: list[Job], now: float) -> None:
+        """F2: restart jobs a failure displaced at once, tier 1 first, with the hot spares lent
+        to placement; spares nobody used are held back again."""
+        types = {t for j in displaced for t in self.types_by_speed(j) if self.spares.has(t)}
+        if not types:
+            return
+        self.spares.lend()
+        try:
+            for job in sorted(displaced, key=lambda j: (j.tier, j.seq)):
+                if job.state != JobState.PENDING:
+                    continue
+                n = job.spec.elastic_range[0]
+                for t in self.types_by_speed(job):
+                    if t not in types or not self._admissible(job, t, n):
+                        continue
+                    alloc = self._find(job, t, n)
+                    if alloc is not None:
+                        self._start(job, alloc, now)
+                        break
+        finally:
+            self.spares.reclaim()
 
     def _grow(self, now: float, blocked_types: set[str]) -> None:
         for job in sorted(self.elastic_running.values(), key=lambda j: (j.tier, j.seq)):
@@ -470,8 +538,12 @@ class Scheduler:
     def _start(self, job: Job, alloc: Allocation, now: float) -> None:
         t = alloc.gpu_type
         w = self._watts(job, t)
+        milli = job.spec.gpu_milli
         for node, gpus in alloc.slots:
-            self.index.take(node, gpus_to_mask(gpus), w)
+            if milli < 1000:
+                self.shared.take(node, gpus[0], milli, w)
+            else:
+                self.index.take(node, gpus_to_mask(gpus), w)
             self.node_jobs[node].add(job.id)
         job.allocation = alloc
         job.state = JobState.RUNNING
@@ -497,8 +569,12 @@ class Scheduler:
         alloc = job.allocation
         t = alloc.gpu_type
         w = self._watts(job)
+        milli = job.spec.gpu_milli
         for node, gpus in alloc.slots:
-            self.index.give(node, gpus_to_mask(gpus), w)
+            if milli < 1000:
+                self.shared.give(node, gpus[0], milli)
+            else:
+                self.index.give(node, gpus_to_mask(gpus), w)
             self.node_jobs[node].discard(job.id)
         self.quota.add(job.team, t, job.tier, -alloc.gpus)
         self.fair.add(job.team, t, -alloc.gpus)

@@ -8,8 +8,9 @@ fails, its progress falls back to the last checkpoint, or to where the segment b
 taken; that, and nothing else, is the lost work. A job that never checkpoints therefore loses all
 the progress of the segment, which is all its progress, since it resumed from 0.
 
-This is the arithmetic of `Job.saved_progress` in the domain, for one segment, with the GPU time
-split into useful and lost for goodput accounting.
+The checkpoint rule itself is `domain.checkpointed_s`, which `Job.saved_progress` (what the
+engine uses) applies too; this adds the split of the GPU time into useful and lost for goodput
+accounting of one segment.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpu_arbiter.domain import Cluster, InvalidInput, Node
+from gpu_arbiter.domain import Cluster, InvalidInput, Node, checkpointed_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +67,7 @@ class RunSegment:
         or, with `saved`, by a save at `at` (a clean preemption or the job finishing), which
         keeps everything. A checkpoint due exactly at `at` counts as taken."""
         productive = self._productive(at)
-        interval = self.checkpoint_interval_s
-        if saved:
-            kept_wall = productive
-        elif interval is None:
-            kept_wall = 0.0
-        else:
-            kept_wall = min(productive, (productive // interval) * interval)
+        kept_wall = productive if saved else checkpointed_s(productive, self.checkpoint_interval_s)
         return LostWork(
             kept_s=self.progress_at_start + self.rate * kept_wall,
             lost_s=self.rate * (productive - kept_wall),

@@ -28,8 +28,10 @@ from gpu_arbiter.domain import (
 )
 from gpu_arbiter.engine import EngineConfig, Scheduler
 from gpu_arbiter.metrics import JobRecord, Segment, compute_kpis, timeline
+from gpu_arbiter.sim.faults import ReliabilityConfig, SimReliability
+from gpu_arbiter.sim.inference import InferenceStats
 
-ARRIVAL, FINISH, STOP, WAKEUP = 0, 1, 2, 3
+ARRIVAL, FINISH, STOP, WAKEUP, FAULT, REPAIR, TRIP = 0, 1, 2, 3, 4, 5, 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +39,8 @@ class SimConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     max_time_s: float = math.inf  # stop the clock here even if jobs remain
     timeline_bins: int = 200
+    # Failures, spares and breakers (F1-F5); None: a perfectly reliable cluster.
+    reliability: ReliabilityConfig | None = field(default_factory=ReliabilityConfig)
 
 
 @dataclass(slots=True)
@@ -61,6 +65,9 @@ class Simulator:
         self.cluster = cluster
         self.policy_name = policy
         self.sched = Scheduler(cluster, teams, policy, self.cfg.engine)
+        rel = self.cfg.reliability
+        self.reliability = None if rel is None else SimReliability(cluster, self.sched, rel)
+        self.inference = InferenceStats()
         self.specs = sorted(workload, key=lambda s: (s.submit_s, s.id))
         if not self.specs:
             raise InvalidInput("the workload has no jobs")
@@ -86,9 +93,14 @@ class Simulator:
         for spec in self.specs:
             self._push(spec.submit_s, ARRIVAL, spec.id)
         by_id = {s.id: s for s in self.specs}
+        rel = self.reliability
+        if rel is not None:
+            rel.push_next_fault(self._push, FAULT)
         wakeup_at = math.inf
         now = self.specs[0].submit_s
         while self._heap:
+            if rel is not None and rel.injecting and self._all_done():
+                break  # only faults are left to come
             now = self._heap[0][0]
             if now > self.cfg.max_time_s:
                 now = self.cfg.max_time_s
@@ -110,10 +122,26 @@ class Simulator:
                 elif kind == WAKEUP and now >= wakeup_at:
                     wakeup_at = math.inf
                     changed = True
+                elif kind == FAULT:
+                    for stopped in rel.fault(now, self._push, REPAIR):
+                        self._close(self.sched.jobs[stopped], now)
+                        self._bump(stopped)
+                    rel.push_next_fault(self._push, FAULT)
+                    changed = True
+                elif kind == REPAIR:
+                    changed = rel.repaired(job_id, now) or changed
+                elif kind == TRIP and rel.trip(job_id, version, now):
+                    self._close(self.sched.jobs[job_id], now)
+                    self._bump(job_id)
+                    changed = True
             if not changed:
                 continue
             self._account(now)
+            t0 = time.perf_counter()
             result = self.sched.cycle(now)
+            self.inference.cycle(
+                result.decisions, self.sched.jobs, (time.perf_counter() - t0) * 1000
+            )
             self.cycles += 1
             self._last_frag = (result.fragmentation, result.stranded_gpus)
             self._apply(result.decisions, now)
@@ -132,8 +160,10 @@ class Simulator:
                 if job.state == JobState.RUNNING:
                     self._open(job, now)
                     self._schedule_finish(job, now)
+                    if isinstance(d, Start) and self.reliability is not None:
+                        self.reliability.started(job, now, self._push, TRIP)
             elif isinstance(d, Preempt):
-                if job.spec.tier == 1:
+                if job.spec.tier == 1 and not job.failure_demoted:  # E3 took its tier 1
                     self.tier1_preempted += 1
                 self.events.append(
                     {"t": now, "kind": "preemption", "job": job.id, "reason": d.reason}
@@ -143,6 +173,10 @@ class Simulator:
                     self._push(now + d.grace_s, STOP, job.id, self._version[job.id])
                 else:
                     self._close(job, now)
+
+    def _all_done(self) -> bool:
+        s = self.sched
+        return len(s.jobs) == len(self.specs) and not (s.running or len(s.queue) or s.holds)
 
     def _schedule_finish(self, job: Job, now: float) -> None:
         v = self._bump(job.id)
@@ -202,7 +236,11 @@ class Simulator:
             "cycles": self.cycles,
             "decisions": self.decisions,
             "sim_wall_s": round(wall_s, 3),
+            **self.inference.kpis(self.sched.jobs.values()),
         }
+        if self.reliability is not None:
+            kpis.update(self.reliability.kpis())
+            self.events.extend(self.reliability.events)
         return SimResult(
             kpis=kpis,
             records=records,
