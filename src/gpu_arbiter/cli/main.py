@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from gpu_arbiter.cli import bench, bill, simulate, tco
+from gpu_arbiter.cli import agent, bench, bill, client, serve, simulate, tco
 from gpu_arbiter.domain.errors import ArbiterError
 
 app = typer.Typer(
@@ -21,7 +21,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for module in (simulate, bench, bill, tco):
+for module in (simulate, bench, bill, tco, serve, agent, client):
     module.register(app)
 
 

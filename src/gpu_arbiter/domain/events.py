@@ -55,6 +55,16 @@ class JobStopped:
 
 
 @dataclass(frozen=True, slots=True)
+class JobFailed:
+    """A job exited on its own with a non-zero code (not after a Preempt); `exit_code` is
+    negative when the executor only knows it died (e.g. killed while nobody watched)."""
+
+    job_id: str
+    at: float
+    exit_code: int
+
+
+@dataclass(frozen=True, slots=True)
 class NodeDown:
     node: str
     at: float
@@ -67,4 +77,4 @@ class NodeUp:
     at: float
 
 
-Event = JobFinished | JobStopped | NodeDown | NodeUp
+Event = JobFinished | JobStopped | JobFailed | NodeDown | NodeUp

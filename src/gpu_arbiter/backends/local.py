@@ -1,0 +1,240 @@
+"""Run jobs as local processes: one process group per job, `CUDA_VISIBLE_DEVICES` set to its GPUs.
+
+Preemption sends SIGTERM to the whole group at once (the job's notice to save), then SIGKILL
+when the grace has run out. Every job gets at least `min_grace_s` between the two, so a job
+preempted "at once" (tier 3, grace 0) can still write a final checkpoint; while it does, a job
+that is to start on any of the same GPUs waits, so a GPU is never handed to two processes.
+
+The backend survives a restart of the control plane: each job has a small state file
+(`<state_dir>/<job>.json`: pid, process start time, GPUs, stop deadline), and the job's shell
+wrapper writes the exit code to `<job>.rc` even when nobody is its parent any more. A new
+`LocalBackend` over the same directory adopts the processes still alive and reports the exits
+that happened while it was away on its first `poll`.
+
+Multi-node allocations run as one local process that sees the GPUs of its first node in
+`CUDA_VISIBLE_DEVICES` and the whole allocation in `ARBITER_ALLOCATION` ("node:0,1;node2:0,1"),
+for a launcher such as torchrun to fan out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpu_arbiter.backends.base import Placement, Running
+from gpu_arbiter.domain import Event, InvalidInput, JobFinished, JobStopped
+from gpu_arbiter.domain.events import JobFailed
+
+# The outer shell ignores nothing (its children get default signal dispositions); its trap only
+# defers TERM until the job has exited, so it can still record the exit code.
+_WRAPPER = 'trap : TERM INT; /bin/sh -c "$1"; rc=$?; echo $rc > "$2.tmp"; mv "$2.tmp" "$2"'
+
+
+@dataclass(slots=True)
+class _Proc:
+    job_id: str
+    pid: int
+    start_ticks: int
+    gpus: set[tuple[str, int]]
+    nodes: tuple[str, ...]
+    popen: subprocess.Popen | None = None
+    stopping: bool = False
+    kill_at: float | None = None
+    killed: bool = False
+
+
+@dataclass(slots=True)
+class _Deferred:
+    placement: Placement
+    gpus: set[tuple[str, int]] = field(default_factory=set)
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, state_dir: str | Path, min_grace_s: float = 5.0) -> None:
+        if min_grace_s < 0:
+            raise InvalidInput(f"local backend: min_grace_s must be >= 0, got {min_grace_s}")
+        self.dir = Path(state_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.min_grace_s = min_grace_s
+        self._procs: dict[str, _Proc] = {}
+        self._deferred: dict[str, _Deferred] = {}
+        self._events: list[Event] = []
+        self._adopt()
+
+    # -- the Backend interface -------------------------------------------------------------
+
+    def start(self, placement: Placement) -> None:
+        gpus = {(n, g) for n, gs in placement.gpus_by_node.items() for g in gs}
+        if placement.job_id in self._procs or self._busy(gpus):
+            self._deferred[placement.job_id] = _Deferred(placement, gpus)
+            return
+        self._launch(placement, gpus)
+
+    def stop(self, job_id: str, grace_s: float) -> None:
+        if self._deferred.pop(job_id, None) is not None and job_id not in self._procs:
+            self._events.append(JobStopped(job_id, time.time()))
+            return
+        proc = self._procs.get(job_id)
+        if proc is None or proc.stopping:
+            return
+        proc.stopping = True
+        proc.kill_at = time.time() + max(grace_s, self.min_grace_s)
+        self._save(proc)
+        _signal_group(proc.pid, signal.SIGTERM)
+
+    def resize(self, placement: Placement) -> None:
+        """Local processes cannot change GPUs in place: stop (with the short grace) and start
+        again on the new GPUs, which waits for the old process to exit."""
+        self.stop(placement.job_id, 0.0)
+        self.start(placement)
+
+    def poll(self) -> list[Event]:
+        now = time.time()
+        for proc in list(self._procs.values()):
+            if self._alive(proc):
+                if proc.kill_at is not None and now >= proc.kill_at and not proc.killed:
+                    _signal_group(proc.pid, signal.SIGKILL)
+                    proc.killed = True
+                continue
+            self._exited(proc, now)
+        for job_id, d in list(self._deferred.items()):
+            if job_id not in self._procs and not self._busy(d.gpus):
+                del self._deferred[job_id]
+                self._launch(d.placement, d.gpus)
+        events, self._events = self._events, []
+        return events
+
+    def running(self) -> list[Running]:
+        out = [Running(p.job_id, p.nodes) for p in self._procs.values() if not p.stopping]
+        out += [
+            Running(j, tuple(d.placement.gpus_by_node))
+            for j, d in self._deferred.items()
+            if j not in self._procs
+        ]
+        return out
+
+    def log_path(self, job_id: str) -> Path:
+        return self.dir / f"{job_id}.log"
+
+    def shutdown(self) -> None:
+        """Forget the children without killing them: jobs outlive a control-plane restart."""
+        self._procs.clear()
+        self._deferred.clear()
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _busy(self, gpus: set[tuple[str, int]]) -> bool:
+        return any(p.gpus & gpus for p in self._procs.values())
+
+    def _launch(self, placement: Placement, gpus: set[tuple[str, int]]) -> None:
+        job_id = placement.job_id
+        rc_path = self.dir / f"{job_id}.rc"
+        rc_path.unlink(missing_ok=True)
+        nodes = tuple(placement.gpus_by_node)
+        first = placement.gpus_by_node[nodes[0]] if nodes else ()
+        env = dict(os.environ)
+        env.update(placement.env)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in first)
+        env["ARBITER_JOB_ID"] = job_id
+        env["ARBITER_ALLOCATION"] = ";".join(
+            f"{n}:{','.join(str(g) for g in gs)}" for n, gs in placement.gpus_by_node.items()
+        )
+        with self.log_path(job_id).open("ab") as log:
+            popen = subprocess.Popen(
+                ["/bin/sh", "-c", _WRAPPER, "arbiter-job", placement.command, str(rc_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        proc = _Proc(job_id, popen.pid, _start_ticks(popen.pid), gpus, nodes, popen)
+        self._procs[job_id] = proc
+        self._save(proc)
+
+    def _exited(self, proc: _Proc, now: float) -> None:
+        del self._procs[proc.job_id]
+        _signal_group(proc.pid, signal.SIGKILL)  # stragglers the job left behind
+        rc = _read_rc(self.dir / f"{proc.job_id}.rc")
+        (self.dir / f"{proc.job_id}.json").unlink(missing_ok=True)
+        if proc.job_id in self._deferred:
+            return  # the next run is waiting to start: this exit is the old run's
+        if proc.stopping:
+            self._events.append(JobStopped(proc.job_id, now))
+        elif rc == 0:
+            self._events.append(JobFinished(proc.job_id, now))
+        else:
+            self._events.append(JobFailed(proc.job_id, now, -9 if rc is None else rc))
+
+    def _alive(self, proc: _Proc) -> bool:
+        if proc.popen is not None:
+            return proc.popen.poll() is None
+        return _start_ticks(proc.pid) == proc.start_ticks
+
+    def _save(self, proc: _Proc) -> None:
+        state = {
+            "job_id": proc.job_id,
+            "pid": proc.pid,
+            "start_ticks": proc.start_ticks,
+            "gpus": sorted(proc.gpus),
+            "nodes": list(proc.nodes),
+            "stopping": proc.stopping,
+            "kill_at": proc.kill_at,
+        }
+        path = self.dir / f"{proc.job_id}.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, path)
+
+    def _adopt(self) -> None:
+        """Take over the processes a previous backend started (after a control-plane restart)."""
+        for path in sorted(self.dir.glob("*.json")):
+            try:
+                s = json.loads(path.read_text())
+                proc = _Proc(
+                    job_id=s["job_id"],
+                    pid=int(s["pid"]),
+                    start_ticks=int(s["start_ticks"]),
+                    gpus={(n, int(g)) for n, g in s["gpus"]},
+                    nodes=tuple(s["nodes"]),
+                    stopping=bool(s["stopping"]),
+                    kill_at=s["kill_at"],
+                )
+            except (OSError, ValueError, KeyError, TypeError):
+                path.unlink(missing_ok=True)  # a state file torn by a crash: nothing to adopt
+                continue
+            self._procs[proc.job_id] = proc
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _start_ticks(pid: int) -> int:
+    """The process's start time in clock ticks (0 when it is gone or a zombie), so a recycled
+    pid is never mistaken for the job."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    rest = stat.rsplit(")", 1)[1].split()
+    if rest[0] == "Z":
+        return 0
+    return int(rest[19])
+
+
+def _read_rc(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None

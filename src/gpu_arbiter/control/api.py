@@ -1,0 +1,438 @@
+"""The REST API (FastAPI; OpenAPI at /openapi.json, docs at /docs).
+
+Writes go to the control loop (`loop.py`) and are answered after their transaction commits;
+reads go straight to the database, which the loop keeps current. Every route but /healthz and
+/metrics needs `Authorization: Bearer <token>`; a team token sees only its team's jobs, and a
+job it may not see is answered exactly like one that does not exist.
+
+Errors: a bad body or query → 422 naming the field (`{"detail": "body.gpus: ...", "errors":
+[...]}`), a refused job (e.g. larger than the cluster) → 422 with the engine's message, no or
+bad token → 401, not allowed → 403, unknown → 404, state clash → 409, no nodes yet → 503.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from sqlalchemy import select
+from sqlalchemy.engine import Engine
+
+from gpu_arbiter.backends.local import LocalBackend
+from gpu_arbiter.control.auth import Authenticator, Forbidden, Principal, Unauthorized
+from gpu_arbiter.control.errors import Conflict, NotFound, Unavailable
+from gpu_arbiter.control.loop import (
+    AUDIT,
+    JOBS,
+    LEDGER,
+    NODES,
+    SETTINGS,
+    TEAMS,
+    TELEMETRY,
+    TOKENS,
+    ControlLoop,
+    ServerConfig,
+    job_view,
+)
+from gpu_arbiter.control.metrics import Metrics
+from gpu_arbiter.control.schemas import (
+    Heartbeat,
+    JobSubmit,
+    NodeAction,
+    NodeRegister,
+    TeamPut,
+    Telemetry,
+    TokenCreate,
+)
+from gpu_arbiter.control.store import open_database
+from gpu_arbiter.domain import InvalidInput
+from gpu_arbiter.economy import Ledger, PriceTable, team_bills
+
+_STATUS = {
+    InvalidInput: 422,
+    Unauthorized: 401,
+    Forbidden: 403,
+    NotFound: 404,
+    Conflict: 409,
+    Unavailable: 503,
+}
+
+
+def _who(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
+    return request.app.state.auth.principal(authorization)
+
+
+Who = Annotated[Principal, Depends(_who)]
+
+
+@dataclass(slots=True)
+class Service:
+    """Everything one running server holds."""
+
+    db: Engine
+    loop: ControlLoop
+    auth: Authenticator
+    metrics: Metrics
+    backend: LocalBackend
+
+
+def build_service(db_url: str, config: ServerConfig, min_grace_s: float = 5.0) -> Service:
+    db = open_database(db_url)
+    metrics = Metrics()
+    auth = Authenticator(db)
+    backend = LocalBackend(config.state_dir / "jobs", min_grace_s=min_grace_s)
+    loop = ControlLoop(db, backend, config, auth, metrics)
+    return Service(db, loop, auth, metrics, backend)
+
+
+def create_app(service: Service) -> FastAPI:
+    loop, db, auth = service.loop, service.db, service.auth
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        loop.start()
+        try:
+            yield
+        finally:
+            loop.stop()
+            service.backend.shutdown()
+            db.dispose()
+
+    app = FastAPI(
+        title="Arbiter",
+        version="0.1.0",
+        summary="Who gets which GPUs: jobs, nodes, teams, quotas, prices, ledger, telemetry.",
+        lifespan=lifespan,
+    )
+    app.state.auth = auth
+    app.add_middleware(_LatencyMiddleware, metrics=service.metrics)
+
+    for exc_type, status in _STATUS.items():
+        app.add_exception_handler(exc_type, _handler(status))
+    app.add_exception_handler(RequestValidationError, _validation_error)
+
+    # -- service ---------------------------------------------------------------------------
+
+    @app.get("/healthz", tags=["service"])
+    def healthz() -> dict[str, Any]:
+        return {"ok": True, "nodes": len(loop.nodes), "active_jobs": len(loop.live)}
+
+    @app.get("/metrics", tags=["service"], response_class=PlainTextResponse)
+    def metrics() -> Response:
+        return Response(service.metrics.exposition(), media_type="text/plain; version=0.0.4")
+
+    @app.get("/v1/whoami", tags=["service"])
+    def whoami(p: Who) -> dict[str, Any]:
+        return {"role": p.role, "team": p.team, "token_id": p.token_id}
+
+    # -- jobs ------------------------------------------------------------------------------
+
+    @app.post("/v1/jobs", tags=["jobs"], status_code=201)
+    async def submit(
+        req: JobSubmit,
+        p: Who,
+        response: Response,
+        idempotency_key: Annotated[str | None, Header(max_length=128)] = None,
+    ) -> dict[str, Any]:
+        """Queue a job. The answer comes after the job is committed; sending the same
+        `Idempotency-Key` header (or `client_key`) again returns the same job with 200."""
+        body = req.model_dump(mode="json", exclude={"client_key"})
+        digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        row, created = await loop.run(loop.cmd_submit, p, req, idempotency_key, digest)
+        if not created:
+            response.status_code = 200
+        return job_view(row)
+
+    @app.get("/v1/jobs", tags=["jobs"])
+    def list_jobs(
+        p: Who,
+        state: Annotated[
+            str | None, Query(pattern="^(pending|running|completed|failed|cancelled|active)$")
+        ] = None,
+        team: Annotated[str | None, Query(max_length=64)] = None,
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    ) -> list[dict[str, Any]]:
+        q = select(JOBS).order_by(JOBS.c.seq.desc()).limit(limit)
+        if p.role != "admin":
+            if p.role != "team" or (team is not None and team != p.team):
+                return []
+            team = p.team
+        if team is not None:
+            q = q.where(JOBS.c.team == team)
+        if state == "active":
+            q = q.where(JOBS.c.state.in_(("pending", "running")))
+        elif state is not None:
+            q = q.where(JOBS.c.state == state)
+        with db.connect() as conn:
+            rows = conn.execute(q).mappings().all()
+        return [job_view(r) for r in reversed(rows)]
+
+    def visible(p: Principal, job_id: str) -> dict[str, Any]:
+        with db.connect() as conn:
+            row = conn.execute(select(JOBS).where(JOBS.c.id == job_id)).mappings().first()
+        if row is None or not p.may_act_for(row["team"]):
+            raise NotFound(f"job {job_id} not found")
+        return dict(row)
+
+    @app.get("/v1/jobs/{job_id}", tags=["jobs"])
+    def show_job(job_id: str, p: Who) -> dict[str, Any]:
+        return job_view(visible(p, job_id))
+
+    @app.post("/v1/jobs/{job_id}/cancel", tags=["jobs"])
+    async def cancel_job(job_id: str, p: Who) -> dict[str, Any]:
+        return job_view(await loop.run(loop.cmd_cancel, p, job_id))
+
+    @app.delete("/v1/jobs/{job_id}", tags=["jobs"])
+    async def delete_job(job_id: str, p: Who) -> dict[str, Any]:
+        return job_view(await loop.run(loop.cmd_cancel, p, job_id))
+
+    @app.get("/v1/jobs/{job_id}/log", tags=["jobs"], response_class=PlainTextResponse)
+    def job_log(
+        job_id: str, p: Who, tail: Annotated[int, Query(ge=1, le=1_000_000)] = 65536
+    ) -> str:
+        visible(p, job_id)
+        path: Path = service.backend.log_path(job_id)
+        if not path.is_file():
+            return ""
+        with path.open("rb") as f:
+            f.seek(max(0, path.stat().st_size - tail))
+            return f.read().decode(errors="replace")
+
+    @app.post("/v1/jobs/{job_id}/telemetry", tags=["telemetry"])
+    async def ingest(
+        job_id: str,
+        data: Telemetry,
+        authorization: Annotated[str | None, Header()] = None,
+    ) -> dict[str, Any]:
+        """Progress from a running job: its job token (ARBITER_JOB_TOKEN) or its team's."""
+        token = (authorization or "").partition(" ")[2].strip()
+        if not (token.startswith("job_") and loop.check_job_token(job_id, token)):
+            visible(auth.principal(authorization), job_id)
+        return await loop.run(loop.cmd_telemetry, job_id, data)
+
+    @app.get("/v1/jobs/{job_id}/telemetry", tags=["telemetry"])
+    def telemetry(
+        job_id: str, p: Who, limit: Annotated[int, Query(ge=1, le=10_000)] = 100
+    ) -> list[dict[str, Any]]:
+        visible(p, job_id)
+        q = (
+            select(TELEMETRY.c.at, TELEMETRY.c.data)
+            .where(TELEMETRY.c.job_id == job_id)
+            .order_by(TELEMETRY.c.id.desc())
+            .limit(limit)
+        )
+        with db.connect() as conn:
+            rows = conn.execute(q).all()
+        return [{"at": r.at, **r.data} for r in reversed(rows)]
+
+    # -- nodes -----------------------------------------------------------------------------
+
+    @app.get("/v1/nodes", tags=["nodes"])
+    def nodes(p: Who) -> list[dict[str, Any]]:
+        with db.connect() as conn:
+            rows = conn.execute(select(NODES).order_by(NODES.c.name)).mappings().all()
+        used = _gpus_in_use(db)
+        return [{**dict(r), "gpus_used": used.get(r["name"], 0)} for r in rows]
+
+    @app.put("/v1/nodes/{name}", tags=["nodes"])
+    async def register_node(name: str, req: NodeRegister, p: Who) -> dict[str, Any]:
+        """Register a node's GPUs (agent or admin); registering again is a heartbeat."""
+        return await loop.run(loop.cmd_register_node, p, name, req)
+
+    @app.post("/v1/nodes/{name}/heartbeat", tags=["nodes"])
+    async def heartbeat(name: str, hb: Heartbeat, p: Who) -> dict[str, Any]:
+        return await loop.run(loop.cmd_heartbeat, p, name, hb)
+
+    @app.post("/v1/nodes/{name}/cordon", tags=["nodes"])
+    async def cordon(name: str, p: Who, body: NodeAction | None = None) -> dict[str, Any]:
+        reason = body.reason if body else ""
+        return await loop.run(loop.cmd_node_state, p, name, False, reason)
+
+    @app.post("/v1/nodes/{name}/uncordon", tags=["nodes"])
+    async def uncordon(name: str, p: Who) -> dict[str, Any]:
+        return await loop.run(loop.cmd_node_state, p, name, True, "")
+
+    # -- teams, quotas, tokens, prices -----------------------------------------------------
+
+    @app.get("/v1/teams", tags=["teams"])
+    def teams(p: Who) -> list[dict[str, Any]]:
+        with db.connect() as conn:
+            rows = conn.execute(select(TEAMS).order_by(TEAMS.c.name)).mappings().all()
+        used = _gpus_by_team(db)
+        return [
+            {
+                **dict(r),
+                "gpus_used": used.get(r["name"], {}),
+                "burn_rate": loop.burn.get(r["name"], 0.0),
+                "credits_spent": loop.spent.get(r["name"], 0.0),
+            }
+            for r in rows
+            if p.role == "admin" or p.team == r["name"]
+        ]
+
+    @app.put("/v1/teams/{name}", tags=["teams"])
+    async def put_team(name: str, req: TeamPut, p: Who) -> dict[str, Any]:
+        """Create or change a team: weight, guaranteed quota per GPU type, budget (admin)."""
+        return await loop.run(loop.cmd_put_team, p, name, req)
+
+    @app.get("/v1/quotas", tags=["teams"])
+    def quotas(p: Who) -> dict[str, dict[str, int]]:
+        return {t["name"]: t["quota"] for t in teams(p)}
+
+    @app.post("/v1/tokens", tags=["tokens"], status_code=201)
+    async def create_token(req: TokenCreate, p: Who) -> dict[str, Any]:
+        """A new token; its value is shown only in this answer (admin)."""
+        return await loop.run(loop.cmd_create_token, p, req.role, req.team, req.label)
+
+    @app.get("/v1/tokens", tags=["tokens"])
+    def tokens(p: Who) -> list[dict[str, Any]]:
+        p.require_admin()
+        cols = [TOKENS.c.id, TOKENS.c.role, TOKENS.c.team, TOKENS.c.label]
+        cols += [TOKENS.c.created_at, TOKENS.c.revoked_at]
+        with db.connect() as conn:
+            return [dict(r) for r in conn.execute(select(*cols)).mappings()]
+
+    @app.delete("/v1/tokens/{token_id}", tags=["tokens"])
+    async def revoke_token(token_id: int, p: Who) -> dict[str, Any]:
+        return await loop.run(loop.cmd_revoke_token, p, token_id)
+
+    @app.get("/v1/prices", tags=["economy"])
+    def prices(p: Who) -> dict[str, Any]:
+        with db.connect() as conn:
+            row = conn.execute(select(SETTINGS.c.value).where(SETTINGS.c.key == "prices")).first()
+        return row.value if row else _price_doc(PriceTable())
+
+    @app.put("/v1/prices", tags=["economy"])
+    async def put_prices(body: dict[str, Any], p: Who) -> dict[str, Any]:
+        """Replace the price table (admin); fields as in the price table YAML."""
+        return await loop.run(loop.cmd_put_prices, p, body)
+
+    # -- ledger, bills, audit --------------------------------------------------------------
+
+    @app.get("/v1/ledger", tags=["economy"])
+    def ledger(
+        p: Who,
+        team: Annotated[str | None, Query(max_length=64)] = None,
+        job: Annotated[str | None, Query(max_length=64)] = None,
+        since: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
+    ) -> list[dict[str, Any]]:
+        if p.role != "admin":
+            team = p.team
+        q = select(LEDGER.c.entry).where(LEDGER.c.seq >= since).order_by(LEDGER.c.seq)
+        if team is not None:
+            q = q.where(LEDGER.c.team == team)
+        if job is not None:
+            q = q.where(LEDGER.c.job_id == job)
+        with db.connect() as conn:
+            return [r.entry for r in conn.execute(q.limit(limit))]
+
+    @app.get("/v1/bill", tags=["economy"])
+    def bill(p: Who) -> list[dict[str, Any]]:
+        """Per-team chargeback from the whole ledger (E5): spent, refunded, burn rate."""
+        with db.connect() as conn:
+            rows = conn.execute(select(LEDGER.c.entry).order_by(LEDGER.c.seq)).all()
+            price_row = conn.execute(
+                select(SETTINGS.c.value).where(SETTINGS.c.key == "prices")
+            ).first()
+        book = Ledger.from_lines(json.dumps(r.entry) for r in rows)
+        table = PriceTable.from_dict(price_row.value) if price_row else PriceTable()
+        bills = team_bills(book, prices=table, burn_rates=dict(loop.burn))
+        return [b.to_dict() for b in bills if p.role == "admin" or b.team == p.team]
+
+    @app.get("/v1/audit", tags=["service"])
+    def audit(
+        p: Who,
+        since: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
+    ) -> list[dict[str, Any]]:
+        p.require_admin()
+        q = select(AUDIT).where(AUDIT.c.id > since).order_by(AUDIT.c.id).limit(limit)
+        with db.connect() as conn:
+            return [dict(r) for r in conn.execute(q).mappings()]
+
+    return app
+
+
+def _gpus_in_use(db: Engine) -> dict[str, int]:
+    with db.connect() as conn:
+        rows = conn.execute(select(JOBS.c.allocation).where(JOBS.c.state == "running")).all()
+    used: dict[str, int] = {}
+    for (alloc,) in rows:
+        for node, gpus in (alloc or {}).get("nodes", {}).items():
+            used[node] = used.get(node, 0) + len(gpus)
+    return used
+
+
+def _gpus_by_team(db: Engine) -> dict[str, dict[str, int]]:
+    with db.connect() as conn:
+        rows = conn.execute(
+            select(JOBS.c.team, JOBS.c.allocation).where(JOBS.c.state == "running")
+        ).all()
+    used: dict[str, dict[str, int]] = {}
+    for team, alloc in rows:
+        if alloc:
+            by_type = used.setdefault(team, {})
+            n = sum(len(g) for g in alloc["nodes"].values())
+            by_type[alloc["gpu_type"]] = by_type.get(alloc["gpu_type"], 0) + n
+    return used
+
+
+def _price_doc(table: PriceTable) -> dict[str, Any]:
+    return {
+        "on_demand": {str(k): v for k, v in table.on_demand.items()},
+        "preemptible": {str(k): v for k, v in table.preemptible.items()},
+        "gpu_multipliers": dict(table.gpu_multipliers),
+        "default_multiplier": table.default_multiplier,
+        "credit_value": table.credit_value,
+        "currency": table.currency,
+    }
+
+
+def _handler(status: int) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
+    async def handle(_request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=status)
+
+    return handle
+
+
+async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    lines = []
+    for e in errors:
+        where = ".".join(str(x) for x in e.get("loc", ()))
+        lines.append(f"{where}: {e.get('msg', 'invalid')}")
+    clean = [
+        {"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")} for e in errors
+    ]
+    return JSONResponse({"detail": "; ".join(lines), "errors": clean}, status_code=422)
+
+
+class _LatencyMiddleware:
+    """Times every request by route template (pure ASGI: cheap on the submit hot path)."""
+
+    def __init__(self, app: Any, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            route = scope.get("route")
+            path = getattr(route, "path", "unmatched")
+            self.metrics.api.labels(scope["method"], path).observe(time.perf_counter() - t0)

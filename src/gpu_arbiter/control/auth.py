@@ -1,0 +1,132 @@
+"""Per-team API tokens, stored hashed, and who may do what.
+
+Three roles: `admin` (quotas, prices, nodes, tokens, every team's jobs), `team` (its own jobs
+only) and `agent` (registers nodes and sends heartbeats, nothing else). A running job also gets
+a job token (in `ARBITER_JOB_TOKEN`) that can only report telemetry for that job, so the SDK
+never needs the team's token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import insert, select
+from sqlalchemy.engine import Engine
+
+from gpu_arbiter.control.store import TokenRow
+from gpu_arbiter.domain import ArbiterError
+
+ROLES = ("admin", "team", "agent")
+
+
+class Unauthorized(ArbiterError):
+    """No token, or one that is unknown or revoked (HTTP 401)."""
+
+
+class Forbidden(ArbiterError):
+    """A valid token that may not do this (HTTP 403)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    role: str
+    team: str | None
+    token_id: int
+
+    @property
+    def actor(self) -> str:
+        """How the audit log names whoever acted."""
+        return f"{self.role}:{self.team}" if self.team else f"{self.role}#{self.token_id}"
+
+    def require_admin(self) -> None:
+        if self.role != "admin":
+            raise Forbidden("this needs an admin token")
+
+    def may_act_for(self, team: str) -> bool:
+        return self.role == "admin" or (self.role == "team" and self.team == team)
+
+
+def new_token(prefix: str = "arb") -> str:
+    return f"{prefix}_{secrets.token_urlsafe(32)}"
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Authenticator:
+    """Resolves bearer tokens to principals. Lookups are cached by hash; the control loop
+    calls `forget` when it revokes a token, so a revoked token stops working at once."""
+
+    def __init__(self, db: Engine) -> None:
+        self.db = db
+        self._cache: dict[str, Principal] = {}
+        self._lock = threading.Lock()
+
+    def principal(self, authorization: str | None) -> Principal:
+        if not authorization:
+            raise Unauthorized("missing Authorization: Bearer <token> header")
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthorized("Authorization header must be 'Bearer <token>'")
+        digest = hash_token(token.strip())
+        with self._lock:
+            hit = self._cache.get(digest)
+        if hit is not None:
+            return hit
+        with self.db.connect() as conn:
+            row = conn.execute(
+                select(TokenRow.id, TokenRow.role, TokenRow.team).where(
+                    TokenRow.hash == digest, TokenRow.revoked_at.is_(None)
+                )
+            ).first()
+        if row is None:
+            raise Unauthorized("unknown or revoked token")
+        found = Principal(role=row.role, team=row.team, token_id=row.id)
+        with self._lock:
+            self._cache[digest] = found
+        return found
+
+    def forget(self, token_id: int) -> None:
+        with self._lock:
+            for digest, p in list(self._cache.items()):
+                if p.token_id == token_id:
+                    del self._cache[digest]
+
+
+def bootstrap_admin(db: Engine, token: str | None, token_file: Path, now: float) -> str | None:
+    """Make sure an admin can log in on a fresh database.
+
+    With `token` (from --admin-token or ARBITER_ADMIN_TOKEN) that token is made an admin token
+    if it is not one yet. Without it, a new admin token is created only when the database has
+    none, written to `token_file` (mode 0600) and returned so the server can print it once.
+    """
+    with db.begin() as conn:
+        if token is not None:
+            digest = hash_token(token)
+            if conn.execute(select(TokenRow.id).where(TokenRow.hash == digest)).first() is None:
+                conn.execute(
+                    insert(TokenRow).values(
+                        hash=digest, role="admin", team=None, label="bootstrap", created_at=now
+                    )
+                )
+            return None
+        admin = select(TokenRow.id).where(TokenRow.role == "admin", TokenRow.revoked_at.is_(None))
+        if conn.execute(admin).first() is not None:
+            return None
+        token = new_token()
+        conn.execute(
+            insert(TokenRow).values(
+                hash=hash_token(token), role="admin", team=None, label="bootstrap", created_at=now
+            )
+        )
+    token_file.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token

@@ -1,0 +1,43 @@
+"""The engine as the live control plane needs it: the simulator's `Scheduler`, plus the two
+things only a driver that restarts needs — re-entering a job at the tier it had, and adopting a
+job that is already running on known GPUs (after a restart or an engine rebuild).
+
+Both use the scheduler's own state-change steps, so the indexes, quota and fair-share books
+stay exactly as if the engine had started the job itself; the Start decision that step records
+is dropped because the job is already running.
+"""
+
+from __future__ import annotations
+
+from gpu_arbiter.domain import Allocation, InvalidInput, Job, JobSpec, JobState, Start, Tier
+from gpu_arbiter.engine import Scheduler
+from gpu_arbiter.engine.placement import gpus_to_mask
+
+
+class LiveScheduler(Scheduler):
+    def resubmit(self, spec: JobSpec, submitted_at: float, tier: Tier) -> Job:
+        """Queue a job known from the database at the tier it last ran at (a failure may have
+        demoted it, E3)."""
+        job = self.submit(spec, submitted_at)
+        if job.tier != tier:
+            self.queue.remove(job)
+            job.tier = Tier(tier)
+            self.queue.add(job)
+        return job
+
+    def adopt(self, job: Job, allocation: Allocation, started_at: float) -> None:
+        """Mark a queued job running on exactly `allocation` without a Start decision.
+        Refuses GPUs that are unknown, down or already taken."""
+        if job.state != JobState.PENDING:
+            raise InvalidInput(f"job {job.id!r} is {job.state.value}, not pending")
+        for node, gpus in allocation.slots:
+            if not 0 <= node < len(self.cluster.nodes) or self.index.down[node]:
+                raise InvalidInput(f"job {job.id!r}: node {node} is unknown or down")
+            mask = gpus_to_mask(gpus)
+            if self.index.free_mask[node] & mask != mask:
+                raise InvalidInput(f"job {job.id!r}: GPUs {gpus} of node {node} are not free")
+            if allocation.gpu_type != self.cluster.nodes[node].gpu_type:
+                raise InvalidInput(f"job {job.id!r}: node {node} has no {allocation.gpu_type}")
+        self._start(job, allocation, started_at)
+        last = self._decisions.pop()
+        assert isinstance(last, Start) and last.job_id == job.id

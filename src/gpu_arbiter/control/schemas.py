@@ -1,0 +1,105 @@
+"""The REST contract's request bodies. Pydantic checks every field at the edge, so a bad request
+is answered 422 with the field's name before anything is changed."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class JobSubmit(_Strict):
+    """A job request. `team` may be left out with a team token (it is the token's team); an
+    admin must name it. `gpu_types` maps accepted types to the job's speed on them (or lists
+    them at catalog speed); empty means any type."""
+
+    command: Annotated[str, Field(min_length=1, max_length=16_384)]
+    team: Name | None = None
+    name: Annotated[str, Field(max_length=128)] = ""
+    tier: Literal[1, 2, 3] = 3
+    gpus: Annotated[int, Field(ge=1, le=100_000)] = 1
+    min_gpus: Annotated[int, Field(ge=1, le=100_000)] | None = None
+    max_gpus: Annotated[int, Field(ge=1, le=100_000)] | None = None
+    gpu_types: dict[Name, Positive] | list[Name] = Field(default_factory=dict)
+    walltime_s: Positive | None = None
+    checkpoint_interval_s: Positive | None = None
+    max_racks: Annotated[int, Field(ge=1)] | None = None
+    tp_size: Annotated[int, Field(ge=1)] = 1
+    power_profile: Literal["normal", "high"] = "normal"
+    gpu_milli: Annotated[int, Field(ge=1, le=1000)] = 1000
+    kind: Literal["training", "inference"] = "training"
+    justification: Annotated[str, Field(max_length=2000)] | None = None
+    data_locality: Name | None = None
+    env: dict[Annotated[str, Field(pattern=_ENV_NAME, max_length=128)], str] = Field(
+        default_factory=dict
+    )
+    client_key: Annotated[str, Field(min_length=1, max_length=128)] | None = None
+
+    @field_validator("env")
+    @classmethod
+    def _no_arbiter_env(cls, env: dict[str, str]) -> dict[str, str]:
+        for key in env:
+            if key.startswith("ARBITER_") or key == "CUDA_VISIBLE_DEVICES":
+                raise ValueError(f"{key} is set by Arbiter and cannot be overridden")
+        return env
+
+    def accepted_types(self) -> dict[str, float]:
+        if isinstance(self.gpu_types, list):
+            return {}
+        return dict(self.gpu_types)
+
+
+class TeamPut(_Strict):
+    weight: Positive = 1.0
+    quota: dict[Name, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+    budget_per_period: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+
+
+class TokenCreate(_Strict):
+    role: Literal["team", "agent", "admin"] = "team"
+    team: Name | None = None
+    label: Annotated[str, Field(max_length=128)] = ""
+
+
+class NodeRegister(_Strict):
+    gpu_type: Name
+    gpus: Annotated[int, Field(ge=1, le=64)]
+    rack: Name = "rack0"
+
+
+class Heartbeat(_Strict):
+    """A node agent's heartbeat; the health fields follow `reliability.HealthReport`."""
+
+    xids: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
+    ecc_uncorrectable: Annotated[int, Field(ge=0)] = 0
+    nvlink_down: Annotated[int, Field(ge=0)] = 0
+    temperature_c: Annotated[float, Field(allow_inf_nan=False)] | None = None
+    gpus_seen: Annotated[int, Field(ge=0)] | None = None
+
+
+class Telemetry(_Strict):
+    """What a job reports (F4): progress and, after a save, when its checkpoint was taken."""
+
+    step: Annotated[int, Field(ge=0)] | None = None
+    loss: Annotated[float, Field(allow_inf_nan=False)] | None = None
+    tokens_per_s: Annotated[float, Field(ge=0)] | None = None
+    io_wait_share: Annotated[float, Field(ge=0, le=1)] | None = None
+    flops: Annotated[float, Field(ge=0)] | None = None
+    checkpoint_step: Annotated[int, Field(ge=0)] | None = None
+    checkpoint_at: Annotated[float, Field(allow_inf_nan=False)] | None = None
+    event: Literal["progress", "checkpoint", "resume", "preempted", "finished"] = "progress"
+
+    def data(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class NodeAction(_Strict):
+    reason: Annotated[str, Field(max_length=500)] = ""

@@ -1,0 +1,203 @@
+"""The control plane's durable state: SQLAlchemy models and the database engine.
+
+One schema serves SQLite (the default, a single file) and PostgreSQL (production). The
+database is the source of truth: the scheduling engine's in-memory view is rebuilt from it on
+every start, so anything committed here survives a `kill -9`.
+
+SQLite runs in WAL mode with `synchronous=FULL`, so a commit is on disk before the API answers,
+and readers (the API's list and show endpoints) never block the single writer (the control
+loop). Only the control loop writes; see `loop.py`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    event,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from gpu_arbiter.domain import InvalidInput
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class TeamRow(Base):
+    __tablename__ = "teams"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    weight: Mapped[float] = mapped_column(Float, default=1.0)
+    quota: Mapped[dict[str, int]] = mapped_column(JSON, default=dict)
+    budget_per_period: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class TokenRow(Base):
+    """An API token. Only its SHA-256 is stored: tokens are 256-bit random strings, so a fast
+    hash is enough (no dictionary to guess from) and keeps authentication off the hot path."""
+
+    __tablename__ = "tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    hash: Mapped[str] = mapped_column(String(64), unique=True)
+    role: Mapped[str] = mapped_column(String(16))  # admin | team | agent
+    team: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    label: Mapped[str] = mapped_column(String(128), default="")
+    created_at: Mapped[float] = mapped_column(Float)
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    gpu_type: Mapped[str] = mapped_column(String(32))
+    gpus: Mapped[int] = mapped_column(Integer)
+    rack: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16), default="up")  # up | down | cordoned
+    reason: Mapped[str] = mapped_column(Text, default="")
+    registered_at: Mapped[float] = mapped_column(Float)
+    last_heartbeat: Mapped[float | None] = mapped_column(Float, nullable=True)
+    health: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class JobRow(Base):
+    """A job as submitted (`spec`, the engine's JobSpec fields) and what became of it. The
+    `seg_*` columns describe the run segment in progress, so it can be charged when it ends
+    even after a restart."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("team", "client_key", name="uq_jobs_team_client_key"),
+        Index("ix_jobs_team_state", "team", "state"),
+        Index("ix_jobs_state", "state"),
+    )
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    id: Mapped[str] = mapped_column(String(64), unique=True)
+    team: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(128), default="")
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    env: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    tier: Mapped[int] = mapped_column(Integer)  # the tier it runs at (after admission)
+    state: Mapped[str] = mapped_column(String(16))
+    preempting: Mapped[bool] = mapped_column(Boolean, default=False)
+    client_key: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    request_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    submitted_at: Mapped[float] = mapped_column(Float)
+    first_start: Mapped[float | None] = mapped_column(Float, nullable=True)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    allocation: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    seg_start: Mapped[float | None] = mapped_column(Float, nullable=True)
+    seg_gpu_type: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    seg_gpus: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    seg_tier: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    seg_borrowed: Mapped[bool] = mapped_column(Boolean, default=False)
+    preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    restarts: Mapped[int] = mapped_column(Integer, default=0)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    last_checkpoint_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    telemetry: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # the latest report
+
+
+class LedgerRow(Base):
+    """One `economy.Entry`, kept whole in `entry` so the ledger rebuilds exactly; the other
+    columns are for queries."""
+
+    __tablename__ = "ledger"
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    kind: Mapped[str] = mapped_column(String(16))
+    team: Mapped[str] = mapped_column(String(64), index=True)
+    job_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    at: Mapped[float] = mapped_column(Float)
+    credits: Mapped[float] = mapped_column(Float)
+    entry: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class AuditRow(Base):
+    __tablename__ = "audit"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[float] = mapped_column(Float)
+    actor: Mapped[str] = mapped_column(String(128))
+    action: Mapped[str] = mapped_column(String(64))
+    subject: Mapped[str] = mapped_column(String(128))
+    detail: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class TelemetryRow(Base):
+    __tablename__ = "telemetry"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(64), ForeignKey("jobs.id"), index=True)
+    at: Mapped[float] = mapped_column(Float)
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class SettingRow(Base):
+    """Small documents the admin sets (the price table)."""
+
+    __tablename__ = "settings"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+def database_url(db: str) -> str:
+    """A SQLAlchemy URL from what a user types: a file path, `sqlite:///...` or
+    `postgresql://...` (driven by psycopg 3)."""
+    if db.startswith(("postgresql://", "postgres://")):
+        return "postgresql+psycopg://" + db.split("://", 1)[1]
+    if "://" in db:
+        if not db.startswith(("sqlite://", "postgresql+")):
+            raise InvalidInput(f"--db {db!r}: expected a file path, sqlite:/// or postgresql://")
+        return db
+    return f"sqlite:///{Path(db).expanduser().resolve()}"
+
+
+def open_database(db: str) -> Engine:
+    """Create the engine and the schema. SQLite gets WAL + synchronous=FULL + a busy timeout
+    (readers and the writer live in different threads)."""
+    url = database_url(db)
+    if url.startswith("sqlite"):
+        engine = create_engine(
+            url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=8
+        )
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=FULL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+    else:
+        try:
+            engine = create_engine(url, pool_size=8, pool_pre_ping=True)
+        except ModuleNotFoundError as e:
+            raise InvalidInput(
+                f"--db {db!r}: PostgreSQL needs psycopg (pip install 'gpu-arbiter[postgres]'): {e}"
+            ) from None
+    Base.metadata.create_all(engine)
+    return engine
+
+
+TABLES = Base.metadata.tables
