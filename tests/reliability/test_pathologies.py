@@ -63,3 +63,9 @@ def test_the_healthy_loss_falls_and_stays_finite_and_in_range():
 def test_a_stream_is_lazy():
     first = list(islice(telemetry_stream(Pathology.HEALTHY, 0, 1e9, 1.0), 3))
     assert len(first) == 3
+
+
+def test_the_domain_names_the_same_pathologies_as_the_generator():
+    from gpu_arbiter.domain import PATHOLOGIES
+
+    assert set(PATHOLOGIES) == {p.value for p in Pathology} - {Pathology.HEALTHY.value}

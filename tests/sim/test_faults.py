@@ -161,9 +161,7 @@ def test_a_stop_breaker_releases_a_sick_job_and_counts_the_gpu_hours_saved(patho
     sick = next(r for r in res.records if r.id == "sick")
     assert k["breaker_trips"] == k["breaker_stops"] == 1
     assert not sick.completed and sick.finished_at >= 1800
-    assert k["gpu_hours_saved_by_breakers"] == pytest.approx(
-        (36_000 - sick.finished_at) * 4 / 3600
-    )
+    assert k["gpu_hours_saved_by_breakers"] == pytest.approx((36_000 - sick.finished_at) * 4 / 3600)
     assert k["completed"] == 1
 
 
@@ -198,3 +196,19 @@ def test_goodput_never_exceeds_utilisation_under_failures(seed, afr, spares):
     assert k["goodput"] <= k["utilization"] + 1e-9
     assert k["completed"] == 60 and k["tier1_preempted"] == 0
     assert k["failure_lost_gpu_hours"] <= k["lost_gpu_hours"] + 1e-9
+
+
+def test_synthetic_variants_leave_the_default_workload_untouched():
+    c = small()
+    plain = synthetic_workload(300, 5, c)
+    assert plain == synthetic_workload(300, 5, c, 0.9, 0.0, 0.0, 0.0)
+    mixed = synthetic_workload(
+        300, 5, c, inference_share=0.1, fractional_share=0.5, pathology_share=0.2
+    )
+    assert [s.id for s in mixed] == [s.id for s in plain]
+    assert any(s.kind == "inference" and s.latency_slo_ms == 50.0 for s in mixed)
+    assert any(s.gpu_milli < 1000 for s in mixed)
+    sick = [s for s in mixed if s.pathology]
+    assert sick and all(s.tier != Tier.CORE and s.pathology_onset_s < s.duration_s for s in sick)
+    with pytest.raises(InvalidInput, match="pathology_share"):
+        synthetic_workload(10, 0, c, pathology_share=1.5)

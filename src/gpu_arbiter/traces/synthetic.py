@@ -5,15 +5,29 @@ run times are heavy-tailed (log-normal, median about an hour); arrivals are Pois
 that keeps the cluster at the requested offered load. Teams, tiers, GPU-type constraints,
 elastic ranges, checkpointing, tensor parallelism, rack caps and power profiles are drawn so
 every engine step is exercised. The same (n, seed, cluster) always gives the same jobs.
+
+Optional shares turn some jobs into inference services with a latency SLO (S9), fractional-GPU
+jobs (S11) or jobs that develop an F5 pathology. They draw from a second generator, so with all
+shares 0 (the default) the workload is exactly what it was without them.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
-from gpu_arbiter.domain import Cluster, InvalidInput, JobSpec, Team, Tier, default_teams
+from gpu_arbiter.domain import (
+    PATHOLOGIES,
+    Cluster,
+    InvalidInput,
+    JobKind,
+    JobSpec,
+    Team,
+    Tier,
+    default_teams,
+)
 
 TEAM_WEIGHTS = {
     "llm-core": 3.0,
@@ -26,14 +40,33 @@ TEAM_WEIGHTS = {
 SIZES = np.array([1, 2, 4, 8, 16, 32, 64, 128])
 SIZE_P = np.array([0.50, 0.08, 0.12, 0.17, 0.06, 0.04, 0.02, 0.01])
 TIER_P = np.array([0.15, 0.35, 0.50])
+SLICES = np.array([142, 250, 500])  # MIG-style 1/7, quarter and half GPUs, in milli-GPUs
+INFERENCE_SLO_MS = 50.0  # SPEC S9's example P99
 
 
 def synthetic_teams(cluster: Cluster, guaranteed_share: float = 0.8) -> list[Team]:
     return default_teams(cluster.gpus_by_type(), TEAM_WEIGHTS, guaranteed_share)
 
 
-def synthetic_workload(n: int, seed: int, cluster: Cluster, load: float = 0.9) -> list[JobSpec]:
-    """`n` jobs in submission order, offering `load` × the cluster's GPU capacity."""
+def synthetic_workload(
+    n: int,
+    seed: int,
+    cluster: Cluster,
+    load: float = 0.9,
+    inference_share: float = 0.0,
+    fractional_share: float = 0.0,
+    pathology_share: float = 0.0,
+) -> list[JobSpec]:
+    """`n` jobs in submission order, offering `load` × the cluster's GPU capacity; about the
+    given shares of them are inference services, fractional one-GPU jobs and jobs with a
+    pathology (see the module docstring)."""
+    for name, share in (
+        ("inference_share", inference_share),
+        ("fractional_share", fractional_share),
+        ("pathology_share", pathology_share),
+    ):
+        if not 0 <= share <= 1:
+            raise InvalidInput(f"synthetic workload: {name} must be in [0, 1], got {share}")
     if n <= 0:
         raise InvalidInput(f"synthetic workload: the number of jobs must be > 0, got {n}")
     if not 0 < load <= 10:
@@ -105,4 +138,38 @@ def synthetic_workload(n: int, seed: int, cluster: Cluster, load: float = 0.9) -
                 justification="roadmap model" if long_big and u[i, 5] < 0.8 else None,
             )
         )
+    if inference_share or fractional_share or pathology_share:
+        specs = _variants(specs, seed, inference_share, fractional_share, pathology_share)
     return specs
+
+
+def _variants(
+    specs: list[JobSpec], seed: int, inference: float, fractional: float, pathology: float
+) -> list[JobSpec]:
+    """Turn drawn shares of the jobs into services, fractional jobs or sick jobs."""
+    rng = np.random.default_rng([seed, 1])
+    u = rng.random((len(specs), 5))
+    out = []
+    for i, spec in enumerate(specs):
+        if u[i, 0] < inference:
+            spec = replace(
+                spec,
+                kind=JobKind.INFERENCE,
+                latency_slo_ms=INFERENCE_SLO_MS,
+                tier=Tier.BUSINESS,
+                gpus=min(spec.gpus, 8),
+                min_gpus=None,
+                max_gpus=None,
+                tp_size=1,
+                max_racks=None,
+                checkpoint_interval_s=None,
+                justification=None,
+            )
+        elif spec.gpus == 1 and not spec.is_elastic and u[i, 1] < fractional:
+            spec = replace(spec, gpu_milli=int(SLICES[int(u[i, 2] * len(SLICES))]))
+        elif spec.tier != Tier.CORE and u[i, 3] < pathology:
+            kind = PATHOLOGIES[int(u[i, 4] * len(PATHOLOGIES))]
+            onset = round(spec.duration_s * (0.1 + 0.5 * u[i, 2]))
+            spec = replace(spec, pathology=kind, pathology_onset_s=float(onset))
+        out.append(spec)
+    return out

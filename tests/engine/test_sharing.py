@@ -1,0 +1,98 @@
+"""S11: fractional-GPU jobs pack onto shared GPUs, best fit, never past one GPU's worth."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpu_arbiter.domain import Cluster, JobState, Node, Rack, Start
+from gpu_arbiter.domain.team import default_teams
+from gpu_arbiter.engine import Scheduler
+from tests.conftest import job
+
+
+def one_node(gpus: int = 8) -> Scheduler:
+    c = Cluster.build("one", [Node("n0", "H100", gpus, "r0")], [Rack("r0")])
+    return Scheduler(c, default_teams(c.gpus_by_type(), {"a": 1.0}))
+
+
+def started(sched: Scheduler, now: float = 0.0) -> dict[str, tuple[int, ...]]:
+    return {
+        d.job_id: d.allocation.slots[0][1]
+        for d in sched.cycle(now).decisions
+        if isinstance(d, Start)
+    }
+
+
+def test_seven_sevenths_share_one_gpu_and_an_eighth_opens_another():
+    sched = one_node()
+    for i in range(8):
+        sched.submit(job(f"s{i}", gpu_milli=142), 0.0)
+    gpus = started(sched)
+    assert len(gpus) == 8
+    assert sorted(gpus.values()).count((0,)) == 7
+    assert sched.index.type_free["H100"] == 6  # two GPUs are shared, six wholly free
+
+
+def test_a_fractional_job_goes_to_the_shared_gpu_with_the_least_room_that_fits():
+    sched = one_node()
+    sched.submit(job("a", gpu_milli=700), 0.0)  # GPU 0: 300 left
+    sched.submit(job("b", gpu_milli=500, gpus=1), 0.0)  # does not fit GPU 0: opens GPU 1
+    first = started(sched)
+    assert first == {"a": (0,), "b": (1,)}
+    sched.submit(job("c", gpu_milli=250), 1.0)
+    assert started(sched, 1.0) == {"c": (0,)}  # 300 left beats 500 left
+
+
+def test_whole_gpu_jobs_only_get_wholly_free_gpus():
+    sched = one_node()
+    sched.submit(job("tiny", gpu_milli=100), 0.0)
+    sched.submit(job("all", gpus=8), 0.0)
+    sched.submit(job("seven", gpus=7), 0.0)
+    assert set(started(sched)) == {"tiny", "seven"}
+    assert sched.jobs["all"].state == JobState.PENDING
+
+
+def test_the_last_tenant_out_gives_the_gpu_back():
+    sched = one_node()
+    sched.submit(job("a", gpu_milli=500), 0.0)
+    sched.submit(job("b", gpu_milli=500), 0.0)
+    started(sched)
+    assert sched.index.type_free["H100"] == 7
+    sched.finished("a", 10.0)
+    assert sched.index.type_free["H100"] == 7
+    sched.finished("b", 20.0)
+    assert sched.index.type_free["H100"] == 8 and not sched.shared.used
+
+
+def test_a_fractional_job_holds_only_its_share_of_gpu_time():
+    sched = one_node()
+    sched.submit(job("q", gpu_milli=250, duration=100.0), 0.0)
+    started(sched)
+    done = sched.finished("q", 100.0)
+    assert done.busy_gpu_s == 25.0 and done.useful_gpu_s == 25.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    ops=st.lists(st.tuples(st.booleans(), st.integers(1, 999), st.integers(0, 40)), max_size=60)
+)
+def test_no_gpu_is_ever_booked_past_a_thousand_milli(ops):
+    sched = one_node(gpus=2)
+    running: list[str] = []
+    now = 0.0
+    for i, (submit, milli, pick) in enumerate(ops):
+        now += 1.0
+        if submit or not running:
+            sched.submit(job(f"j{i}", gpu_milli=milli), now)
+        else:
+            sched.finished(running.pop(pick % len(running)), now)
+        sched.cycle(now)
+        running = [j.id for j in sched.running.values()]
+        booked: dict[tuple[int, int], int] = {}
+        for j in sched.running.values():
+            ((node, (gpu,)),) = j.allocation.slots
+            booked[(node, gpu)] = booked.get((node, gpu), 0) + j.spec.gpu_milli
+        assert all(v <= 1000 for v in booked.values())
+        assert booked == sched.shared.used
+        assert sched.index.type_free["H100"] == 2 - len(booked)
