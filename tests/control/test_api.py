@@ -150,7 +150,12 @@ def test_openapi_and_metrics_are_published(live):
     spec = httpx.get(f"{live.server.url}/openapi.json").json()
     assert "/v1/jobs" in spec["paths"] and "/v1/nodes/{name}/heartbeat" in spec["paths"]
     text = httpx.get(f"{live.server.url}/metrics").text
-    for name in ("arbiter_gpus", "arbiter_gpu_utilisation", "arbiter_queue_delay_seconds",
-                 "arbiter_preemptions_total", "arbiter_api_request_seconds"):
+    for name in (
+        "arbiter_gpus",
+        "arbiter_gpu_utilisation",
+        "arbiter_queue_delay_seconds",
+        "arbiter_preemptions_total",
+        "arbiter_api_request_seconds",
+    ):
         assert name in text
     assert ADMIN not in text
