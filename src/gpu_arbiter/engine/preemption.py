@@ -82,12 +82,51 @@ def plan_preemption(
     if alloc is None:
         return None
     used = {(n, g) for n, gs in alloc.slots for g in gs}
-    victims = [
-        Victim(v, kept)
-        for v, kept, part in released
+    chosen = {
+        i
+        for i, (_, _, part) in enumerate(released)
         if any((n, g) in used for n, gs in part.slots for g in gs)
-    ]
+    }
+    chosen |= _power_victims(index, req, alloc, released, chosen, watts)
+    victims = [Victim(v, kept) for i, (v, kept, _) in enumerate(released) if i in chosen]
     return PreemptionPlan(alloc, victims)
+
+
+def _power_victims(
+    index: CapacityIndex,
+    req: Request,
+    alloc: Allocation,
+    released: list[tuple[Job, Allocation | None, Allocation]],
+    chosen: set[int],
+    watts: Callable[[Job], float],
+) -> set[int]:
+    """Victims the gang needs for the power they free, not their GPUs (S10): placement found
+    room in a rack's cap only with them released, so sparing them would overdraw the rack.
+    Returns the indices in `released` to stop as well, cheapest first, until every rack of
+    the gang has the headroom for it."""
+    w = index.watts_per_gpu(req.gpu_type, req.power_profile)
+    need: dict[int, float] = {}
+    for node, gpus in alloc.slots:
+        r = index.node_rack[node]
+        need[r] = need.get(r, 0.0) + len(gpus) * w
+    room = {r: index.power_headroom(r) for r in need}
+
+    def free(i: int) -> None:
+        v, _, part = released[i]
+        for node, gpus in part.slots:
+            r = index.node_rack[node]
+            if r in room:
+                room[r] += len(gpus) * watts(v)
+
+    for i in chosen:
+        free(i)
+    extra: set[int] = set()
+    for i, (_, _, part) in enumerate(released):
+        racks = {index.node_rack[n] for n, _ in part.slots}
+        if i not in chosen and any(room.get(r, 0.0) < need.get(r, 0.0) for r in racks):
+            extra.add(i)
+            free(i)
+    return extra
 
 
 def _difference(full: Allocation, kept: Allocation) -> Allocation:

@@ -1,0 +1,130 @@
+"""Who is stopped to make room (S1, S2, S8): tiers, grace, reclaim, and the power victims free."""
+
+from gpu_arbiter.domain import Team, Tier
+from gpu_arbiter.engine import Scheduler
+from tests.conftest import job
+from tests.engine.helpers import cluster, cycle, preempts, resizes, starts
+
+
+def one_rack(nodes: int = 2, cap_kw: float = 40.0):
+    return cluster({"name": "r0", "nodes": nodes, "power_cap_kw": cap_kw})
+
+
+def test_tier1_on_a_full_cluster_of_tier3_starts_in_the_same_cycle_and_victims_stop_at_once():
+    sched = Scheduler(one_rack(), [Team("a", quota={"H100": 8}), Team("b", quota={"H100": 8})])
+    for i in range(4):
+        sched.submit(job(f"x{i}", team="b", tier=3, gpus=4, duration=1e5), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("core", team="a", tier=1, gpus=8), 10.0)
+    decisions = cycle(sched, 10.0)
+    assert "core" in starts(decisions)
+    victims = preempts(decisions)
+    assert len(victims) == 2
+    assert all(p.grace_s == 0 and not p.checkpoint for p in victims.values())
+    assert all(p.for_job == "core" for p in victims.values())
+
+
+def test_tier2_victims_get_the_grace_and_the_preemptor_starts_only_once_they_stopped():
+    sched = Scheduler(one_rack(nodes=1), [Team("a", quota={"H100": 4}), Team("b")])
+    sched.submit(job("biz", team="b", tier=2, gpus=8, duration=1e5), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("core", team="a", tier=1, gpus=4), 10.0)
+    decisions = cycle(sched, 10.0)
+    order = preempts(decisions)["biz"]
+    assert order.grace_s == 7200.0 and order.checkpoint
+    assert "core" not in starts(decisions) and "core" in sched.holds
+    sched.stopped("biz", 7210.0)
+    assert "core" in starts(cycle(sched, 7210.0))
+    assert sched.jobs["biz"].progress_s == 7210.0  # the checkpoint it was asked for kept it all
+
+
+def test_gpus_held_for_a_preemptor_are_taken_by_nobody_else_during_the_grace():
+    sched = Scheduler(one_rack(nodes=1), [Team("a", quota={"H100": 4}), Team("b")])
+    sched.submit(job("biz", team="b", tier=2, gpus=6, duration=1e5), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("core", team="a", tier=1, gpus=8), 10.0)
+    cycle(sched, 10.0)
+    assert sched.index.total_free == 0  # the two free GPUs are held for "core"
+    sched.submit(job("small", team="a", tier=3, gpus=1), 20.0)
+    assert "small" not in starts(cycle(sched, 20.0))
+    sched.stopped("biz", 7210.0)
+    decisions = cycle(sched, 7210.0)
+    assert "core" in starts(decisions) and "small" not in starts(decisions)
+
+
+def test_tier1_jobs_are_never_preempted_even_by_tier1():
+    sched = Scheduler(one_rack(nodes=1))
+    sched.submit(job("first", tier=1, gpus=8, duration=1e5), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("second", team="b", tier=1, gpus=8), 10.0)
+    assert cycle(sched, 10.0) == []
+
+
+def test_a_team_within_quota_reclaims_another_teams_borrowed_job_of_any_tier():
+    teams = [Team("a", quota={"H100": 8}), Team("b", quota={"H100": 8})]
+    sched = Scheduler(one_rack(), teams)
+    sched.submit(job("b-own", team="b", tier=2, gpus=8, duration=1e5), 0.0)
+    sched.submit(job("b-borrow", team="b", tier=2, gpus=8, duration=1e5), 1.0)
+    cycle(sched, 1.0)
+    assert sched.jobs["b-borrow"].borrowed and not sched.jobs["b-own"].borrowed
+    sched.submit(job("a-mine", team="a", tier=3, gpus=8), 10.0)
+    decisions = cycle(sched, 10.0)
+    order = preempts(decisions)["b-borrow"]
+    assert "reclaimed by team a" in order.reason and order.grace_s == 7200.0
+    assert "b-own" not in preempts(decisions)
+
+
+def test_a_team_beyond_its_quota_cannot_take_another_teams_guaranteed_gpus_by_tier():
+    teams = [Team("a", quota={"H100": 8}), Team("b", quota={"H100": 8})]
+    sched = Scheduler(one_rack(), teams)
+    sched.submit(job("a-own", team="a", tier=2, gpus=8, duration=1e5), 0.0)
+    sched.submit(job("b-own", team="b", tier=3, gpus=8, duration=1e5), 0.0)
+    cycle(sched, 0.0)
+    assert not sched.jobs["b-own"].borrowed
+    sched.submit(job("a-more", team="a", tier=2, gpus=8), 10.0)
+    assert cycle(sched, 10.0) == []
+
+
+def test_tier1_borrows_only_from_the_unowned_pool():
+    # 16 GPUs: a and b are guaranteed 6 each, 4 are nobody's.
+    teams = [Team("a", quota={"H100": 6}), Team("b", quota={"H100": 6})]
+    sched = Scheduler(one_rack(), teams)
+    sched.submit(job("big", team="a", tier=1, gpus=10, duration=1e5), 0.0)
+    assert "big" in starts(cycle(sched, 0.0))
+    sched.submit(job("more", team="a", tier=1, gpus=2), 1.0)
+    assert cycle(sched, 1.0) == []  # 6 + 4 used: the rest of the cluster is b's guarantee
+    assert sched.index.total_free == 6
+
+
+def test_a_tier1_job_larger_than_its_quota_plus_the_pool_runs_at_tier2():
+    teams = [Team("a", quota={"H100": 6}), Team("b", quota={"H100": 6})]
+    sched = Scheduler(one_rack(), teams)
+    assert sched.submit(job("huge", team="a", tier=1, gpus=16), 0.0).tier == Tier.BUSINESS
+
+
+def test_elastic_victims_shrink_before_anyone_is_stopped():
+    sched = Scheduler(one_rack(nodes=1))
+    sched.submit(job("el", team="b", tier=3, gpus=4, min_gpus=2, max_gpus=6, duration=1e5), 0.0)
+    sched.submit(job("fixed", team="b", tier=3, gpus=2, duration=1e5), 0.0)
+    cycle(sched, 0.0)
+    assert sched.jobs["el"].gpus_held == 6
+    sched.submit(job("core", team="a", tier=1, gpus=4), 10.0)
+    decisions = cycle(sched, 10.0)
+    assert "core" in starts(decisions)
+    assert resizes(decisions)["el"].allocation.gpus == 2
+    assert preempts(decisions) == {}
+
+
+def test_a_victim_that_frees_only_power_is_stopped_too():
+    """Found by the power property: the preemptor fits on other GPUs of the rack once the
+    victim's power is released; sparing the victim would overdraw the rack's cap."""
+    # 2 nodes × 8 H100; the cap powers 10 GPUs at the normal profile (560 W each).
+    sched = Scheduler(one_rack(cap_kw=2.0 + 10 * 0.56))
+    sched.submit(job("a6", tier=1, gpus=6, duration=1e5), 0.0)
+    sched.submit(job("x4", team="b", tier=3, gpus=4, duration=1e5), 0.0)
+    cycle(sched, 0.0)
+    assert sched.index.power_headroom(0) < 560
+    sched.submit(job("core", tier=1, gpus=2), 10.0)
+    decisions = cycle(sched, 10.0)
+    assert "core" in starts(decisions)
+    assert set(preempts(decisions)) == {"x4"}
