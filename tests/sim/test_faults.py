@@ -3,6 +3,8 @@ circuit breakers and goodput."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -212,3 +214,28 @@ def test_synthetic_variants_leave_the_default_workload_untouched():
     assert sick and all(s.tier != Tier.CORE and s.pathology_onset_s < s.duration_s for s in sick)
     with pytest.raises(InvalidInput, match="pathology_share"):
         synthetic_workload(10, 0, c, pathology_share=1.5)
+
+
+def test_simulate_json_reports_failures_mttr_and_breakers():
+    from typer.testing import CliRunner
+
+    from gpu_arbiter.cli.main import app
+
+    args = ["simulate", "--workload", "synthetic:80", "--afr", "30", "--spares", "1", "--json"]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    kpis = json.loads(out.stdout)
+    for field in (
+        "goodput",
+        "lost_gpu_hours",
+        "failures",
+        "mttr_s",
+        "breaker_trips",
+        "gpu_hours_saved_by_breakers",
+        "inference_release_p99_ms",
+    ):
+        assert field in kpis
+    assert kpis["failures"] > 0 and kpis["mttr_s"] > 0
+    assert kpis["goodput"] <= kpis["utilization"]
+    off = CliRunner().invoke(app, [*args, "--no-failures"])
+    assert json.loads(off.stdout)["failures"] == 0

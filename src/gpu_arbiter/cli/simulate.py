@@ -1,4 +1,8 @@
-"""`arbiter simulate`: replay a workload under one policy and print its KPIs."""
+"""`arbiter simulate`: replay a workload under one policy and print its KPIs.
+
+`--out DIR` also keeps the run: DIR/kpis.json (what `--json` prints), DIR/ledger.jsonl and
+DIR/usage.json, so `arbiter bill --from-sim DIR` can bill it afterwards.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +14,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpu_arbiter.cli.inputs import CLUSTER_HELP, load_inputs
+from gpu_arbiter.cli.inputs import CLUSTER_HELP, load_inputs, load_teams, with_budget
+from gpu_arbiter.domain import InvalidInput
+from gpu_arbiter.economy import BudgetPolicy
 from gpu_arbiter.engine import get_policy
+from gpu_arbiter.reliability import Action, BreakerPolicy
+from gpu_arbiter.sim import EconomyConfig, SimConfig, SimResult
 from gpu_arbiter.sim import simulate as run_simulation
+from gpu_arbiter.sim.faults import ReliabilityConfig
 
 
 def register(app: typer.Typer) -> None:
@@ -36,17 +45,80 @@ def simulate(
     strict: Annotated[bool, typer.Option(help="Fail on the first bad trace row.")] = False,
     limit: Annotated[int | None, typer.Option(help="Read at most this many trace jobs.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    failures: Annotated[
+        bool, typer.Option(help="Inject seeded node failures (F3); --no-failures turns them off.")
+    ] = True,
+    afr: Annotated[float, typer.Option(help="Annual failure rate per GPU (F3).")] = 0.04,
+    spares: Annotated[int, typer.Option(help="Hot spare nodes per GPU type (F2).")] = 0,
+    breakers: Annotated[
+        str, typer.Option(help="Circuit breakers (F5): stop, flag or off.")
+    ] = "stop",
+    teams_file: Annotated[
+        Path | None,
+        typer.Option("--teams", help="Teams YAML: weight, quota and budget per team."),
+    ] = None,
+    budget: Annotated[
+        float | None,
+        typer.Option(help="Credits per budget period for every team without a budget."),
+    ] = None,
+    budget_period_days: Annotated[
+        float, typer.Option(help="Length of a budget period, in days.")
+    ] = 30.0,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Write kpis.json, ledger.jsonl and usage.json to this directory."),
+    ] = None,
 ) -> None:
     """Simulate a workload on a cluster under a policy (event-driven, virtual clock)."""
     get_policy(policy)
+    if not budget_period_days > 0:
+        raise InvalidInput(f"--budget-period-days must be > 0, got {budget_period_days}")
     inputs = load_inputs(cluster, workload, seed, load, trace, fmt, strict, limit)
     if inputs.stats is not None:
         typer.echo(f"trace: {inputs.stats.summary()}", err=True)
-    result = run_simulation(inputs.cluster, inputs.teams, policy, inputs.jobs)
+    teams = inputs.teams
+    if teams_file is not None:
+        teams = load_teams(teams_file, inputs.cluster, inputs.jobs)
+    if budget is not None:
+        teams = with_budget(teams, budget)
+    config = SimConfig(
+        economy=EconomyConfig(budget=BudgetPolicy(period_s=budget_period_days * 86_400.0)),
+        reliability=reliability_config(seed, failures, afr, spares, breakers),
+    )
+    result = run_simulation(inputs.cluster, teams, policy, inputs.jobs, config)
+    if out is not None:
+        write_run(result, out)
     if as_json:
         typer.echo(json.dumps(result.kpis, sort_keys=True))
         return
     Console().print(kpi_table(result.kpis))
+
+
+def write_run(result: SimResult, out: Path) -> None:
+    """Keep a run where `arbiter bill --from-sim` finds it."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InvalidInput(f"--out {out}: cannot create the directory ({e.strerror})") from None
+    (out / "kpis.json").write_text(json.dumps(result.kpis, sort_keys=True, indent=2) + "\n")
+    if result.economy is not None:
+        result.economy.write(out)
+
+
+def reliability_config(
+    seed: int, failures: bool, afr: float, spares: int, breakers: str
+) -> ReliabilityConfig:
+    """The failure model, spares and breakers the options ask for, seeded like the workload."""
+    if breakers not in ("stop", "flag", "off"):
+        raise InvalidInput(f"--breakers must be stop, flag or off, got {breakers!r}")
+    if not afr >= 0:
+        raise InvalidInput(f"--afr must be >= 0, got {afr}")
+    if seed < 0:
+        raise InvalidInput(f"--seed must be >= 0 when failures are injected, got {seed}")
+    policy = None if breakers == "off" else BreakerPolicy(Action(breakers))
+    return ReliabilityConfig(
+        seed=seed, failures=failures, gpu_afr=afr, spares_per_type=spares, breakers=policy
+    )
 
 
 def kpi_table(kpis: dict) -> Table:
@@ -63,6 +135,9 @@ def kpi_table(kpis: dict) -> Table:
         ),
         ("utilisation", f"{kpis['utilization']:.1%}"),
         ("goodput", f"{kpis['goodput']:.1%}"),
+        ("failures / MTTR", f"{kpis['failures']} / {_dur(kpis['mttr_s'])}"),
+        ("lost GPU-hours", f"{kpis['lost_gpu_hours']:.1f}"),
+        ("breaker trips", str(kpis["breaker_trips"])),
         ("preemptions", str(kpis["preemptions"])),
         ("tier-1 preempted", str(kpis["tier1_preempted"])),
         ("fragmentation", f"{kpis['fragmentation']:.1%}"),
