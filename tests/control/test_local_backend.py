@@ -73,3 +73,18 @@ def test_a_new_backend_adopts_running_jobs_and_reports_exits_it_missed(tmp_path)
 def test_reconcile_adopts_requeues_and_stops_orphans():
     plan = reconcile(["a", "b"], [Running("a", ("n1",)), Running("x", ("n1",))])
     assert (plan.adopt, plan.lost, plan.orphans) == (("a",), ("b",), ("x",))
+
+
+def test_the_grafana_dashboard_only_uses_metrics_the_server_exports():
+    import json
+    import re
+    from importlib.resources import files
+
+    from gpu_arbiter.control.metrics import Metrics
+
+    dash = json.loads(files("gpu_arbiter.examples").joinpath("grafana-dashboard.json").read_text())
+    families = set(re.findall(r"# TYPE (\S+)", Metrics().exposition().decode()))
+    for panel in dash["panels"]:
+        for target in panel["targets"]:
+            for name in re.findall(r"arbiter_[a-z_]+", target["expr"]):
+                assert {name, re.sub(r"_(bucket|sum|count)$", "", name)} & families, name

@@ -126,9 +126,23 @@ class _Live:
 
 @dataclass(slots=True)
 class _Tx:
+    """One transaction of the loop. New job rows and audit rows are buffered and written with
+    one executemany each (`flush`): compiling an INSERT per submission would cost more than
+    the commit it shares with the rest of the batch."""
+
     conn: Connection
     now: float
     after: list[Callable[[], None]] = field(default_factory=list)
+    new_jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    audit: list[dict[str, Any]] = field(default_factory=list)
+
+    def flush(self) -> None:
+        if self.new_jobs:
+            self.conn.execute(insert(JOBS), list(self.new_jobs.values()))
+            self.new_jobs = {}
+        if self.audit:
+            self.conn.execute(insert(AUDIT), self.audit)
+            self.audit = []
 
 
 @dataclass(slots=True)
@@ -175,6 +189,7 @@ class ControlLoop:
         self._changed = True
         self._rebuild = False
         self._last_cycle = 0.0
+        self._last_observed = 0.0
         self._wakeup = math.inf
         self.last_cycle_result: Any = None
         self.burn: dict[str, float] = {}
@@ -257,6 +272,7 @@ class ControlLoop:
             with self.db.begin() as conn:
                 tx = _Tx(conn, self._now())
                 out = work(tx)
+                tx.flush()
                 self._flush_ledger(tx)
         except Exception:
             self._reload()
@@ -272,6 +288,8 @@ class ControlLoop:
         def work(tx: _Tx) -> list[Any]:
             results: list[Any] = []
             for cmd in batch:
+                if cmd.fn != self.cmd_submit:
+                    tx.flush()  # the command may read or change rows submitted before it
                 try:
                     results.append(cmd.fn(tx, *cmd.args))
                 except ArbiterError as e:
@@ -333,6 +351,7 @@ class ControlLoop:
                 )
             }
             self._build(tx)
+            tx.flush()
             self._flush_ledger(tx)
         for action in tx.after:
             action()
@@ -462,7 +481,9 @@ class ControlLoop:
         due = self._changed and now - self._last_cycle >= self.cfg.cycle_interval_s
         if due or now >= self._wakeup or now - self._last_cycle >= self.cfg.idle_cycle_s:
             self._cycle(tx)
-        self._observe()
+        if now - self._last_observed >= 1.0:
+            self._observe()
+            self._last_observed = now
 
     def _cycle(self, tx: _Tx) -> None:
         assert self.sched is not None
@@ -730,14 +751,14 @@ class ControlLoop:
             self.spent[e.team] = self.spent.get(e.team, 0.0) - e.credits
 
     def _audit(self, tx: _Tx, actor: str, action: str, subject: str, **detail: Any) -> None:
-        tx.conn.execute(
-            insert(AUDIT).values(
-                at=tx.now,
-                actor=actor,
-                action=action,
-                subject=subject,
-                detail={k: v for k, v in detail.items() if v is not None},
-            )
+        tx.audit.append(
+            {
+                "at": tx.now,
+                "actor": actor,
+                "action": action,
+                "subject": subject,
+                "detail": {k: v for k, v in detail.items() if v is not None},
+            }
         )
 
     def _job_env(self, job_id: str, live: _Live, tier: int) -> dict[str, str]:
@@ -825,6 +846,8 @@ class ControlLoop:
                     f"Idempotency-Key {key!r} was already used for job {job_id} with a "
                     "different request"
                 )
+            if job_id in tx.new_jobs:
+                return dict(tx.new_jobs[job_id]), False
             return self.job_row(tx.conn, job_id), False
         if self.sched is None:
             raise Unavailable("no GPU nodes are registered yet")
@@ -854,7 +877,7 @@ class ControlLoop:
             "telemetry": {},
             "seg_borrowed": False,
         }
-        tx.conn.execute(insert(JOBS).values(**row))
+        tx.new_jobs[job_id] = row
         self.live[job_id] = _Live(seq, spec, req.command, dict(req.env), tx.now, int(job.tier))
         self._audit(tx, who.actor, "submit", job_id, tier=int(spec.tier), gpus=spec.gpus)
         self.metrics.submissions.labels(str(int(spec.tier))).inc()

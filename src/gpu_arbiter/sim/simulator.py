@@ -163,7 +163,7 @@ class Simulator:
                     if isinstance(d, Start) and self.reliability is not None:
                         self.reliability.started(job, now, self._push, TRIP)
             elif isinstance(d, Preempt):
-                if job.spec.tier == 1 and not job.failure_demoted:  # E3 took its tier 1
+                if job.tier == 1:  # the tier it runs at: admission or E3 may lower it
                     self.tier1_preempted += 1
                 self.events.append(
                     {"t": now, "kind": "preemption", "job": job.id, "reason": d.reason}
