@@ -19,10 +19,11 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from gpu_arbiter.cli.client import api
 from gpu_arbiter.domain import InvalidInput
 from gpu_arbiter.economy.ledger import Ledger
 from gpu_arbiter.economy.prices import PriceTable
-from gpu_arbiter.economy.report import render_bills, team_bills
+from gpu_arbiter.economy.report import TeamBill, render_bills, team_bills
 
 
 def register(app: typer.Typer) -> None:
@@ -31,14 +32,30 @@ def register(app: typer.Typer) -> None:
 
 def bill(
     from_sim: Annotated[
-        Path, typer.Option("--from-sim", help="Simulation results directory with ledger.jsonl.")
-    ],
+        Path | None,
+        typer.Option("--from-sim", help="Simulation results directory with ledger.jsonl."),
+    ] = None,
+    url: Annotated[
+        str | None, typer.Option("--url", help="A live control plane (ARBITER_URL) instead.")
+    ] = None,
+    token: Annotated[str, typer.Option("--token", envvar="ARBITER_TOKEN")] = "",
     prices: Annotated[
         Path | None, typer.Option("--prices", help="Price table YAML (for credit value).")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
-    """Print what each team used and paid in a simulation run, in credits and in money."""
+    """Print what each team used and paid, in credits and in money: of a simulation run
+    (--from-sim DIR) or, live, from the control plane's ledger (--url URL)."""
+    if (from_sim is None) == (url is None):
+        raise InvalidInput("bill: give exactly one of --from-sim DIR or --url URL")
+    if url is not None:
+        live = api(url, token, "GET", "/v1/bill")
+        if as_json:
+            typer.echo(json.dumps(live, indent=2))
+        else:
+            Console().print(render_bills([bill_from_dict(b) for b in live], title=f"Live: {url}"))
+        return
+    assert from_sim is not None
     ledger_path = from_sim / "ledger.jsonl"
     if not ledger_path.is_file():
         raise InvalidInput(f"bill: {ledger_path} not found (is {from_sim} a simulation run?)")
@@ -72,3 +89,23 @@ def read_usage(path: Path) -> dict[str, float]:
             raise InvalidInput(f"usage file {path}: useful_gpu_seconds.{team} must be >= 0")
         out[team] = float(seconds)
     return out
+
+
+def bill_from_dict(d: dict) -> TeamBill:
+    """A bill as the API sends it (`TeamBill.to_dict`) back into a `TeamBill`."""
+    spent = d["credits_spent"]
+    money = d["money_spent"]
+    remaining = d["remaining_credits"]
+    return TeamBill(
+        team=d["team"],
+        gpu_hours={(g["gpu_type"], g["tier"]): g["gpu_hours"] for g in d["gpu_hours"]},
+        credits_charged=d["credits_charged"],
+        credits_refunded=d["credits_refunded"],
+        rerun_credits=d["rerun_credits"],
+        credits_granted=d["credits_granted"],
+        remaining_credits=math.inf if remaining is None else remaining,
+        useful_gpu_hours=d["useful_gpu_hours"],
+        burn_rate=d["burn_rate_credits_per_hour"],
+        credit_value=money / spent if spent else 1.0,
+        currency=d["currency"],
+    )
