@@ -13,7 +13,6 @@ from gpu_arbiter.economy import (
     ChargeModel,
     Ledger,
     PriceTable,
-    demoted_tier,
     is_preemptible,
 )
 
@@ -149,19 +148,6 @@ def test_empty_segment_posts_nothing_and_a_backwards_one_is_refused():
     with pytest.raises(InvalidInput, match="need start <= end"):
         MODEL.charge_segment(ledger, _spec(), start=5.0, end=4.0, **args)
     assert len(ledger) == 0
-
-
-def test_failure_without_checkpointing_demotes_one_tier_never_below_three():
-    spec = _spec()
-    assert demoted_tier(spec, Tier.CORE, failed_without_checkpoint=True) == Tier.BUSINESS
-    assert demoted_tier(spec, Tier.BUSINESS, failed_without_checkpoint=True) == Tier.EXPLORATORY
-    assert demoted_tier(spec, Tier.EXPLORATORY, failed_without_checkpoint=True) == Tier.EXPLORATORY
-    assert demoted_tier(spec, Tier.CORE, failed_without_checkpoint=False) == Tier.CORE
-
-
-def test_checkpointing_job_is_not_demoted_after_a_failure():
-    spec = _spec(checkpoint_interval_s=600)
-    assert demoted_tier(spec, Tier.CORE, failed_without_checkpoint=True) == Tier.CORE
 
 
 def test_tier_three_and_borrowed_capacity_are_priced_as_preemptible():

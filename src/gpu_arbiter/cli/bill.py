@@ -3,9 +3,12 @@
 Reads RESULTS_DIR/ledger.jsonl (written by `Ledger.to_jsonl`) and, when present,
 RESULTS_DIR/usage.json with the useful GPU-seconds (goodput, F4) of each team::
 
-    {"useful_gpu_seconds": {"vision": 1234567.0, "nlp": 89012.5}}
+    {"useful_gpu_seconds": {"vision": 1234567.0, "nlp": 89012.5},
+     "burn_rate_credits_per_hour": {"vision": 28.0}}
 
 Teams missing from usage.json fall back to the useful GPU-seconds recorded on their charges.
+The optional burn rates are what each team's jobs still running at the end of the run cost per
+hour (E5); a team missing there burns nothing.
 Money uses the default price table's credit value unless `--prices FILE` gives another.
 """
 
@@ -61,33 +64,43 @@ def bill(
         raise InvalidInput(f"bill: {ledger_path} not found (is {from_sim} a simulation run?)")
     ledger = Ledger.from_jsonl(ledger_path)
     table = PriceTable.from_yaml(prices) if prices else PriceTable()
-    bills = team_bills(ledger, prices=table, useful_gpu_seconds=read_usage(from_sim / "usage.json"))
+    useful, burn = read_usage(from_sim / "usage.json")
+    bills = team_bills(ledger, prices=table, burn_rates=burn, useful_gpu_seconds=useful)
     if as_json:
         typer.echo(json.dumps([b.to_dict() for b in bills], indent=2))
     else:
         Console().print(render_bills(bills, title=f"Chargeback: {from_sim}"))
 
 
-def read_usage(path: Path) -> dict[str, float]:
-    """Useful GPU-seconds per team from usage.json; an absent file means none given."""
+def read_usage(path: Path) -> tuple[dict[str, float], dict[str, float]]:
+    """Useful GPU-seconds and burn rates per team from usage.json; an absent file (or absent
+    burn rates) means none given."""
     if not path.is_file():
-        return {}
+        return {}, {}
     try:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise InvalidInput(f"usage file {path}: not readable JSON ({e})") from None
-    useful = data.get("useful_gpu_seconds") if isinstance(data, dict) else None
-    if not isinstance(useful, dict):
-        raise InvalidInput(
-            f"usage file {path}: useful_gpu_seconds must be a mapping team -> seconds"
-        )
+    if not isinstance(data, dict):
+        data = {}
+    useful = _per_team(path, data, "useful_gpu_seconds", "seconds")
+    burn_key = "burn_rate_credits_per_hour"
+    burn = _per_team(path, data, burn_key, "credits per hour") if burn_key in data else {}
+    return useful, burn
+
+
+def _per_team(path: Path, data: dict, key: str, unit: str) -> dict[str, float]:
+    """`data[key]` as a mapping team -> non-negative number, or an `InvalidInput` naming it."""
+    values = data.get(key)
+    if not isinstance(values, dict):
+        raise InvalidInput(f"usage file {path}: {key} must be a mapping team -> {unit}")
     out: dict[str, float] = {}
-    for team, seconds in useful.items():
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-            raise InvalidInput(f"usage file {path}: useful_gpu_seconds.{team} must be a number")
-        if not (math.isfinite(seconds) and seconds >= 0):
-            raise InvalidInput(f"usage file {path}: useful_gpu_seconds.{team} must be >= 0")
-        out[team] = float(seconds)
+    for team, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise InvalidInput(f"usage file {path}: {key}.{team} must be a number")
+        if not (math.isfinite(value) and value >= 0):
+            raise InvalidInput(f"usage file {path}: {key}.{team} must be >= 0")
+        out[team] = float(value)
     return out
 
 

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpu_arbiter.domain import Cluster, InvalidInput, JobSpec, Team, default_teams
 from gpu_arbiter.domain.presets import PRESETS, resolve_cluster
+from gpu_arbiter.economy._config import first_error, read_yaml_mapping
 from gpu_arbiter.traces.alibaba import alibaba_cluster
 from gpu_arbiter.traces.base import ReadStats, TraceOptions
 from gpu_arbiter.traces.gavel import gavel_cluster
@@ -85,3 +92,69 @@ def load_inputs(
         raise InvalidInput(f"trace {trace}: no usable jobs ({stats.summary()})")
     names = sorted({j.team for j in jobs})
     return Inputs(topo, default_teams(topo.gpus_by_type(), names), jobs, stats)
+
+
+_Weight = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+_Credits = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class _TeamModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    weight: _Weight = 1.0
+    quota: dict[str, Annotated[int, Field(ge=0)]] | None = None
+    budget: _Credits | None = None  # credits per budget period (E1); absent: not metered
+
+
+class _TeamsFile(BaseModel):
+    """The `--teams FILE` YAML::
+
+    guaranteed_share: 0.8        # split by weight among teams that give no quota
+    teams:
+      search: {weight: 2, budget: 5000}
+      vision: {weight: 1, quota: {H100: 16}}
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    guaranteed_share: Annotated[float, Field(ge=0, le=1)] = 0.8
+    teams: Annotated[dict[str, _TeamModel], Field(min_length=1)]
+
+
+def load_teams(path: Path, cluster: Cluster, jobs: Iterable[JobSpec]) -> list[Team]:
+    """Teams (weights, quotas, budgets) from a YAML file, checked against the cluster's GPU
+    types and against the teams the workload's jobs name, so a typo fails here, not as a team
+    that silently has no quota."""
+    source = f"teams file {path}"
+    try:
+        model = _TeamsFile.model_validate(read_yaml_mapping(path, "teams file"))
+    except ValidationError as e:
+        raise first_error(source, e) from None
+    capacity = cluster.gpus_by_type()
+    weights = {name: t.weight for name, t in model.teams.items()}
+    split = {t.name: t.quota for t in default_teams(capacity, weights, model.guaranteed_share)}
+    teams = []
+    for name, t in model.teams.items():
+        for gpu_type in t.quota or {}:
+            if gpu_type not in capacity:
+                have = ", ".join(sorted(capacity))
+                raise InvalidInput(
+                    f"{source}: teams.{name}.quota: unknown GPU type {gpu_type} "
+                    f"(the cluster has {have})"
+                )
+        quota = split[name] if t.quota is None else t.quota
+        teams.append(Team(name, t.weight, quota, t.budget))
+    missing = sorted({j.team for j in jobs} - set(model.teams))
+    if missing:
+        raise InvalidInput(f"{source}: no entry for team(s) {', '.join(missing)} of the workload")
+    return teams
+
+
+def with_budget(teams: Iterable[Team], credits: float) -> list[Team]:
+    """Give every team that has no budget `credits` per period (`--budget`)."""
+    if not (credits >= 0 and math.isfinite(credits)):
+        raise InvalidInput(f"--budget must be >= 0 credits, got {credits}")
+    return [
+        t if t.budget_per_period is not None else dataclasses.replace(t, budget_per_period=credits)
+        for t in teams
+    ]

@@ -1,4 +1,8 @@
-"""`arbiter simulate`: replay a workload under one policy and print its KPIs."""
+"""`arbiter simulate`: replay a workload under one policy and print its KPIs.
+
+`--out DIR` also keeps the run: DIR/kpis.json (what `--json` prints), DIR/ledger.jsonl and
+DIR/usage.json, so `arbiter bill --from-sim DIR` can bill it afterwards.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +14,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpu_arbiter.cli.inputs import CLUSTER_HELP, load_inputs
+from gpu_arbiter.cli.inputs import CLUSTER_HELP, load_inputs, load_teams, with_budget
 from gpu_arbiter.domain import InvalidInput
+from gpu_arbiter.economy import BudgetPolicy
 from gpu_arbiter.engine import get_policy
 from gpu_arbiter.reliability import Action, BreakerPolicy
-from gpu_arbiter.sim import SimConfig
+from gpu_arbiter.sim import EconomyConfig, SimConfig, SimResult
 from gpu_arbiter.sim import simulate as run_simulation
 from gpu_arbiter.sim.faults import ReliabilityConfig
 
@@ -48,18 +53,56 @@ def simulate(
     breakers: Annotated[
         str, typer.Option(help="Circuit breakers (F5): stop, flag or off.")
     ] = "stop",
+    teams_file: Annotated[
+        Path | None,
+        typer.Option("--teams", help="Teams YAML: weight, quota and budget per team."),
+    ] = None,
+    budget: Annotated[
+        float | None,
+        typer.Option(help="Credits per budget period for every team without a budget."),
+    ] = None,
+    budget_period_days: Annotated[
+        float, typer.Option(help="Length of a budget period, in days.")
+    ] = 30.0,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Write kpis.json, ledger.jsonl and usage.json to this directory."),
+    ] = None,
 ) -> None:
     """Simulate a workload on a cluster under a policy (event-driven, virtual clock)."""
     get_policy(policy)
+    if not budget_period_days > 0:
+        raise InvalidInput(f"--budget-period-days must be > 0, got {budget_period_days}")
     inputs = load_inputs(cluster, workload, seed, load, trace, fmt, strict, limit)
     if inputs.stats is not None:
         typer.echo(f"trace: {inputs.stats.summary()}", err=True)
-    config = SimConfig(reliability=reliability_config(seed, failures, afr, spares, breakers))
-    result = run_simulation(inputs.cluster, inputs.teams, policy, inputs.jobs, config)
+    teams = inputs.teams
+    if teams_file is not None:
+        teams = load_teams(teams_file, inputs.cluster, inputs.jobs)
+    if budget is not None:
+        teams = with_budget(teams, budget)
+    config = SimConfig(
+        economy=EconomyConfig(budget=BudgetPolicy(period_s=budget_period_days * 86_400.0)),
+        reliability=reliability_config(seed, failures, afr, spares, breakers),
+    )
+    result = run_simulation(inputs.cluster, teams, policy, inputs.jobs, config)
+    if out is not None:
+        write_run(result, out)
     if as_json:
         typer.echo(json.dumps(result.kpis, sort_keys=True))
         return
     Console().print(kpi_table(result.kpis))
+
+
+def write_run(result: SimResult, out: Path) -> None:
+    """Keep a run where `arbiter bill --from-sim` finds it."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InvalidInput(f"--out {out}: cannot create the directory ({e.strerror})") from None
+    (out / "kpis.json").write_text(json.dumps(result.kpis, sort_keys=True, indent=2) + "\n")
+    if result.economy is not None:
+        result.economy.write(out)
 
 
 def reliability_config(

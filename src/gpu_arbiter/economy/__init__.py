@@ -12,7 +12,6 @@ from gpu_arbiter.economy.chargeback import (
     RERUN,
     RUN,
     ChargeModel,
-    demoted_tier,
     is_preemptible,
 )
 from gpu_arbiter.economy.ledger import (
@@ -53,7 +52,6 @@ __all__ = [
     "TcoOption",
     "TcoResult",
     "TeamBill",
-    "demoted_tier",
     "evaluate",
     "grants_account",
     "is_preemptible",

@@ -28,8 +28,10 @@ at an elastic resize passes each piece as its own segment; `lost_from` before a 
 is clamped to it, because the earlier piece is already posted and entries are immutable.
 
 So for every job: net charges = Σ price × GPU-seconds / 3600 × (1 - discount) over the GPU-seconds
-it held, less those lost to failures while it checkpoints. `demoted_tier` gives the tier a job
-restarts at after a failure (one tier down when it had checkpointing disabled, never below 3).
+it held, less those lost to failures while it checkpoints. The other half of E3, demoting a job
+that disabled checkpointing one tier after such a failure, is the engine's rule
+(`Scheduler.node_down`, `EngineConfig.demote_after_uncheckpointed_failure`): it lives there
+only, and a driver bills each segment at the tier the job ran it at.
 """
 
 from __future__ import annotations
@@ -52,19 +54,6 @@ def is_preemptible(tier: Tier | int, borrowed: bool) -> bool:
     """The price class of a placement: tier 3 is always preemptible (S1), and capacity borrowed
     beyond a team's quota can be reclaimed at once (S2)."""
     return Tier(tier) == Tier.EXPLORATORY or borrowed
-
-
-def demoted_tier(spec: JobSpec, tier: Tier | int, failed_without_checkpoint: bool) -> Tier:
-    """The tier a job restarts at after a failure (E3).
-
-    Demotes one tier (never below tier 3) when the failure cost work and the job had
-    checkpointing disabled. A job that checkpoints but failed before its first save is not
-    demoted: it did not opt out.
-    """
-    tier = Tier(tier)
-    if failed_without_checkpoint and spec.checkpoint_interval_s is None:
-        return Tier(min(tier + 1, Tier.EXPLORATORY))
-    return tier
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,9 +19,17 @@ def admitted_tier(spec: JobSpec, cfg: EngineConfig, budget: BudgetRule | None = 
     hours = (spec.walltime_s or spec.duration_s) / 3600.0
     if spec.gpus > cfg.roi_gate_gpus and hours > cfg.roi_gate_hours and not spec.justification:
         tier = Tier.EXPLORATORY
-    if budget is not None:
-        tier = max(tier, Tier(budget(spec.team, tier)))
-    return tier
+    return budget_capped(spec.team, tier, budget)
+
+
+def budget_capped(team: str, tier: Tier, budget: BudgetRule | None) -> Tier:
+    """`tier`, or the lower tier the team's budget allows now. The scheduler asks at submit and
+    again when a stopped job is queued to run anew (its next run segment is billed to a budget
+    that may have run out meanwhile); a tier is never raised, so a budget refilled in a later
+    period does not restore a job already capped."""
+    if budget is None:
+        return tier
+    return max(tier, Tier(budget(team, tier)))
 
 
 class QuotaBook:

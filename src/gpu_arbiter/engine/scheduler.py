@@ -32,7 +32,7 @@ from gpu_arbiter.domain import (
     Tier,
 )
 from gpu_arbiter.domain.team import check_quotas
-from gpu_arbiter.engine.admission import BudgetRule, QuotaBook, admitted_tier
+from gpu_arbiter.engine.admission import BudgetRule, QuotaBook, admitted_tier, budget_capped
 from gpu_arbiter.engine.backfill import Reservation, fits_before, reserve
 from gpu_arbiter.engine.capacity import CapacityIndex
 from gpu_arbiter.engine.config import EngineConfig
@@ -613,6 +613,7 @@ class Scheduler:
         if demote:
             job.tier = Tier(job.tier + 1)
             job.failure_demoted = True
+        job.tier = budget_capped(job.team, job.tier, self.budget)
         self.queue.add(job)
 
     def _resize(self, job: Job, alloc: Allocation, now: float, reason: str) -> None:

@@ -28,6 +28,7 @@ from gpu_arbiter.domain import (
 )
 from gpu_arbiter.engine import EngineConfig, Scheduler
 from gpu_arbiter.metrics import JobRecord, Segment, compute_kpis, timeline
+from gpu_arbiter.sim.economy import EconomyConfig, SimEconomy
 from gpu_arbiter.sim.faults import ReliabilityConfig, SimReliability
 from gpu_arbiter.sim.inference import InferenceStats
 
@@ -39,6 +40,7 @@ class SimConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     max_time_s: float = math.inf  # stop the clock here even if jobs remain
     timeline_bins: int = 200
+    economy: EconomyConfig | None = field(default_factory=EconomyConfig)  # None: no billing
     # Failures, spares and breakers (F1-F5); None: a perfectly reliable cluster.
     reliability: ReliabilityConfig | None = field(default_factory=ReliabilityConfig)
 
@@ -50,6 +52,7 @@ class SimResult:
     segments: list[Segment]
     timeline: dict[str, list[float]]
     events: list[dict]  # preemptions and failures, for timelines
+    economy: SimEconomy | None = None  # the ledger and bills, unless billing was off
 
 
 class Simulator:
@@ -64,7 +67,10 @@ class Simulator:
         self.cfg = config or SimConfig()
         self.cluster = cluster
         self.policy_name = policy
-        self.sched = Scheduler(cluster, teams, policy, self.cfg.engine)
+        teams = list(teams)
+        self.economy = None if self.cfg.economy is None else SimEconomy(teams, self.cfg.economy)
+        budget = None if self.economy is None else self.economy.budget_rule
+        self.sched = Scheduler(cluster, teams, policy, self.cfg.engine, budget)
         rel = self.cfg.reliability
         self.reliability = None if rel is None else SimReliability(cluster, self.sched, rel)
         self.inference = InferenceStats()
@@ -106,6 +112,8 @@ class Simulator:
                 now = self.cfg.max_time_s
                 break
             changed = False
+            if self.economy is not None:
+                self.economy.tick(now)
             while self._heap and self._heap[0][0] <= now:
                 _, kind, _, job_id, version = heapq.heappop(self._heap)
                 if kind == ARRIVAL:
@@ -190,6 +198,8 @@ class Simulator:
 
     def _open(self, job: Job, now: float) -> None:
         self._snap[job.id] = (now, job.busy_gpu_s, job.useful_gpu_s, job.gpus_held)
+        if self.economy is not None:
+            self.economy.open(job, now)
 
     def _close(self, job: Job, now: float) -> None:
         snap = self._snap.pop(job.id, None)
@@ -197,6 +207,8 @@ class Simulator:
             return
         start, busy, useful, gpus = snap
         self.segments.append(Segment(start, now, gpus, job.useful_gpu_s - useful))
+        if self.economy is not None:
+            self.economy.close(job, now)
 
     def _account(self, now: float) -> None:
         dt = now - self._last_t
@@ -241,6 +253,9 @@ class Simulator:
         if self.reliability is not None:
             kpis.update(self.reliability.kpis())
             self.events.extend(self.reliability.events)
+        if self.economy is not None:
+            self.economy.finish(self.sched.running.values())
+            kpis.update(self.economy.kpis())
         return SimResult(
             kpis=kpis,
             records=records,
@@ -249,6 +264,7 @@ class Simulator:
                 self.segments, self.cluster.total_gpus, start, end, self.cfg.timeline_bins
             ),
             events=self.events,
+            economy=self.economy,
         )
 
 
