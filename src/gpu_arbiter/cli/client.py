@@ -33,7 +33,9 @@ def register(app: typer.Typer) -> None:
     app.command("teams")(teams)
 
 
-def api(url: str, token: str, method: str, path: str, **kw: Any) -> Any:
+def api(
+    url: str, token: str, method: str, path: str, headers: dict[str, str] | None = None, **kw: Any
+) -> Any:
     """One request; a refusal or an unreachable server becomes an `ArbiterError` line."""
     if not token:
         raise InvalidInput("--token (or ARBITER_TOKEN) is required")
@@ -41,7 +43,7 @@ def api(url: str, token: str, method: str, path: str, **kw: Any) -> Any:
         r = httpx.request(
             method,
             url.rstrip("/") + path,
-            headers={"Authorization": f"Bearer {token}"},
+            headers={"Authorization": f"Bearer {token}", **(headers or {})},
             timeout=30,
             **kw,
         )
