@@ -238,7 +238,7 @@ def _fill(index: CapacityIndex, req: Request, racks: list[int], w: float, pack: 
             if not remaining:
                 break
     if remaining:
-        for k in range(min(remaining, top), 0, -1):
+        for k in range(top, 0, -1):  # any node with room, also one with more than needed
             for r in racks:
                 for node in list(index.rack_buckets[(t, r)][k]):
                     if remaining and node not in taken:
