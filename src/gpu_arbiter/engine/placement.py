@@ -56,10 +56,8 @@ def pick_gpus(free_mask: int, size: int, domain: int, n: int, tp: int) -> int | 
         cnt = dm.bit_count() // tp * tp
         if cnt:
             usable.append((cnt, d, dm))
-    if n <= domain:
-        fits = [u for u in usable if u[0] >= n]
-        if not fits:
-            return None
+    fits = [u for u in usable if u[0] >= n]
+    if fits:  # the whole job in one domain when it fits in one
         _, d, dm = min(fits)
         return _lowest_bits(dm, n) << (d * domain)
     if sum(u[0] for u in usable) < n:
