@@ -172,10 +172,10 @@ class Allocation:
 
     gpu_type: str
     slots: tuple[tuple[int, tuple[int, ...]], ...]
+    gpus: int = field(init=False, compare=False)
 
-    @property
-    def gpus(self) -> int:
-        return sum(len(g) for _, g in self.slots)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpus", sum(len(g) for _, g in self.slots))
 
     @property
     def nodes(self) -> tuple[int, ...]:
@@ -200,6 +200,7 @@ class Job:
     segment_start: float = 0.0  # start of the current run or of the last resize
     segment_progress: float = 0.0  # progress_s at segment_start
     stalled_until: float = 0.0  # no progress before this time (restoring a checkpoint)
+    expected_end_at: float = math.inf  # end by the user's walltime estimate (for backfill)
     first_start: float | None = None
     finished_at: float | None = None
     queued_since: float = 0.0
@@ -266,6 +267,13 @@ class Job:
         self.segment_start = now
         self.segment_progress = self.progress_s
         self.stalled_until = now + stall_s
+        # The walltime estimate is in reference seconds for the requested size, like progress,
+        # so what is left of it runs at the current rate. Only what the user said is used.
+        estimate = self.spec.walltime_s
+        if estimate is None or self.rate <= 0:
+            self.expected_end_at = math.inf
+        else:
+            self.expected_end_at = now + stall_s + max(0.0, estimate - self.progress_s) / self.rate
 
     def close_segment(self, kept: float) -> None:
         """End the current run segment keeping `kept` reference seconds of progress (call after
@@ -289,15 +297,3 @@ class Job:
         productive = max(0.0, now - max(self.segment_start, self.stalled_until))
         periodic = self.segment_progress + self.rate * checkpointed_s(productive, interval)
         return min(self.progress_s, max(self.checkpoint_s, periodic))
-
-    def expected_end(self, now: float) -> float:
-        """When the job should end by its user's estimate (walltime), for backfill reservations."""
-        if self.started_at is None:
-            return math.inf
-        estimate = self.spec.walltime_s
-        if estimate is None:
-            return math.inf
-        rate = self.rate or 1.0
-        # Scale the estimate (given for the requested size on an H100) to the actual rate.
-        done_estimate = self.progress_s / self.spec.duration_s * estimate
-        return now + max(0.0, estimate - done_estimate) / rate

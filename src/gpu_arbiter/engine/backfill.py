@@ -26,19 +26,19 @@ class Reservation:
 
 
 def reserve(
-    job: Job, gpu_type: str, gpus: int, free: int, running: Iterable[Job], now: float
+    job: Job, gpu_type: str, gpus: int, free: int, ends: Iterable[tuple[float, int]], now: float
 ) -> Reservation:
-    ends = sorted((j.expected_end(now), j.gpus_held) for j in running)
+    """`ends` is (expected end, GPUs held) of the running jobs of the type, earliest first. The
+    shadow time is infinite when even all of them ending would not free enough GPUs."""
     available = free
-    for end, held in ends:
-        if available >= gpus:
-            break
-        available += held
-        shadow = end
-    else:
-        shadow = math.inf if available < gpus else now
-    if free >= gpus:
-        shadow = now
+    shadow = now
+    if available < gpus:
+        shadow = math.inf
+        for end, held in ends:
+            available += held
+            if available >= gpus:
+                shadow = max(end, now)
+                break
     return Reservation(job.id, gpu_type, gpus, shadow, max(0, available - gpus))
 
 

@@ -31,6 +31,10 @@ class Policy:
     # Gavel) suspend jobs by checkpointing them at the end of their lease, by design; Arbiter
     # stops a tier-3 job at once, and it keeps only what its last periodic checkpoint saved.
     suspend_saves = False
+    # Whether a cycle after arrivals alone may look at the newcomers only (see Scheduler).
+    # Off for strict FIFO (a newcomer must not pass a blocked head) and for policies whose
+    # order changes with time (attained service, rounds).
+    incremental = True
 
     def group_key(self, job: Job) -> Hashable:
         return (int(job.tier), job.team)
@@ -49,6 +53,20 @@ class Policy:
         return job.tier < victim.tier and (
             within_quota or victim.borrowed or victim.team == job.team
         )
+
+    def victim_pool(self, sched: Scheduler, job: Job, gpu_type: str, within_quota: bool):
+        """Running jobs on `gpu_type` worth testing with `may_preempt`: lower tiers, and, for a
+        job within its quota, anything borrowed. Indexed, so a cycle never scans every job."""
+        for tier in range(int(job.tier) + 1, 4):
+            yield from sched.running_by_tier[(gpu_type, tier)].values()
+        if within_quota:
+            yield from (v for v in sched.borrowed_by_type[gpu_type].values() if v.tier <= job.tier)
+
+    def may_have_victims(self, sched: Scheduler, job: Job, gpu_type: str) -> bool:
+        """Cheap test before building the victim list: is anything lower or borrowed running?"""
+        if any(sched.running_by_tier[(gpu_type, k)] for k in range(int(job.tier) + 1, 4)):
+            return True
+        return bool(sched.borrowed_by_type[gpu_type])
 
     def candidate_types(self, sched: Scheduler, job: Job) -> list[str]:
         return sched.types_by_speed(job)

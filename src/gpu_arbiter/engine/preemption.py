@@ -56,6 +56,7 @@ def plan_preemption(
     for v in candidates:
         if v.allocation is None:
             continue
+        v.advance(now)
         if allowed_shrink(v):
             kept = shrunk_allocation(v)
             if kept is not None:

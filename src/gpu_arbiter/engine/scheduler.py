@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+from sortedcontainers import SortedList
 
 from gpu_arbiter.domain import (
     Allocation,
@@ -109,6 +111,12 @@ class Scheduler:
         self.jobs: dict[str, Job] = {}
         self.running: dict[str, Job] = {}
         self.running_by_type: dict[str, dict[str, Job]] = {t: {} for t in capacity}
+        self.running_by_tier: dict[tuple[str, int], dict[str, Job]] = {
+            (t, k): {} for t in capacity for k in (1, 2, 3)
+        }
+        self.borrowed_by_type: dict[str, dict[str, Job]] = {t: {} for t in capacity}
+        # Running jobs by expected end (walltime estimate), for backfill reservations.
+        self.ends_by_type: dict[str, SortedList] = {t: SortedList() for t in capacity}
         self.team_jobs: dict[tuple[str, str], dict[str, Job]] = {}  # running, by team and type
         self.elastic_running: dict[str, Job] = {}
         self.node_jobs: list[set[str]] = [set() for _ in cluster.nodes]
@@ -116,6 +124,13 @@ class Scheduler:
         self.hold_of: dict[str, str] = {}  # victim id -> id of the job holding GPUs for it
         self.pending_stops: dict[str, Preempt] = {}
         self._decisions: list[Decision] = []
+        # Incremental cycles (see `_fresh_order`): whether capacity was freed since the last
+        # cycle, the jobs queued since, and what the last full walk reserved and found blocked.
+        self._dirty = True
+        self._fresh: list[Job] = []
+        self._reservations: dict[str, Reservation] = {}
+        self._blocked_types: set[str] = set()
+        self._stranded_types: set[str] = set()
         self._seq = 0
         self._max_gang: dict[tuple[str, int | None], int] = {}
         self._types: dict[str, list[str]] = {}
@@ -146,6 +161,7 @@ class Scheduler:
         )
         self.jobs[spec.id] = job
         self.queue.add(job)
+        self._fresh.append(job)
         return job
 
     def finished(self, job_id: str, now: float) -> Job:
@@ -219,6 +235,7 @@ class Scheduler:
         node = self.cluster.node(name).index
         if not self.index.down[node]:
             return
+        self._dirty = True
         busy = 0
         for job_id in self.node_jobs[node]:
             for n, gpus in self.jobs[job_id].allocation.slots:
@@ -237,15 +254,20 @@ class Scheduler:
     def cycle(self, now: float) -> CycleResult:
         """Decide; the result also carries decisions made since the last cycle by reported
         events (a held job starting when its last victim stopped)."""
+        full = self._dirty or not self.policy.incremental
         ctx = _Cycle()
+        if not full:
+            ctx.reservations = {t: replace(r) for t, r in self._reservations.items()}
+            ctx.blocked_types = set(self._blocked_types)
+            ctx.stranded_types = set(self._stranded_types)
         self.fair.decay_to(now)
-        for job in self.running.values():
-            job.advance(now)
         self.policy.before_cycle(self, now)
         examined = started = 0
+        fresh, self._fresh = self._fresh, []
         self.queue.begin_walk()
         try:
-            for job in self.policy.ordered(self, now):
+            walk = self.policy.ordered(self, now) if full else self._fresh_order(fresh)
+            for job in walk:
                 if examined >= self.cfg.max_examined or ctx.stop:
                     break
                 if job.state != JobState.PENDING or job.id in self.holds:
@@ -255,6 +277,14 @@ class Scheduler:
                     started += 1
         finally:
             self.queue.end_walk()
+        # A capped walk may have left startable jobs unexamined: look at everything next time.
+        self._dirty = examined >= self.cfg.max_examined or (
+            ctx.attempts >= self.cfg.max_preemption_attempts
+        )
+        if full:
+            self._reservations = {t: replace(r) for t, r in ctx.reservations.items()}
+            self._blocked_types = set(ctx.blocked_types)
+            self._stranded_types = set(ctx.stranded_types)
         if self.policy.elastic:
             self._grow(now, ctx.blocked_types)
         free = self.index.total_free
@@ -269,6 +299,16 @@ class Scheduler:
             free_gpus=free,
             fragmentation=(1 - whole / free) if free else 0.0,
             stranded_gpus=sum(self.index.type_free[t] for t in ctx.stranded_types),
+        )
+
+    def _fresh_order(self, fresh: list[Job]) -> list[Job]:
+        """Jobs queued since the last cycle, by tier then age. Used when nothing was released
+        since then: every job that was blocked is still blocked (capacity only shrank and the
+        running set is the same), so only the newcomers need a look, against the reservations
+        of the last full walk."""
+        return sorted(
+            (j for j in fresh if j.id in self.queue),
+            key=lambda j: (j.tier, self.policy.rank_key(j), j.seq),
         )
 
     def preempt(self, job: Job, now: float, reason: str, for_job: str | None = None) -> None:
@@ -313,7 +353,11 @@ class Scheduler:
         spec = job.spec
         types = self._candidate_types(job)
         sizes = start_sizes(spec, self.policy.elastic)
-        for t in types:
+        free = self.index.type_free
+        # Nothing to place on when no accepted type has enough whole free GPUs (the common case
+        # for a job at the back of a busy queue): go straight to preemption and reservation.
+        placeable = spec.gpu_milli < 1000 or any(free[t] >= sizes[-1] for t in types)
+        for t in types if placeable else ():
             for n in sizes:
                 if not self._admissible(job, t, n):
                     continue
@@ -350,9 +394,8 @@ class Scheduler:
             ctx.stop = True
         elif self.policy.backfill == "reserve" and types and types[0] not in ctx.reservations:
             t = types[0]
-            ctx.reservations[t] = reserve(
-                job, t, sizes[-1], self.index.type_free[t], self.running_by_type[t].values(), now
-            )
+            ends = ((end, self.running[j].gpus_held) for end, _, j in self.ends_by_type[t])
+            ctx.reservations[t] = reserve(job, t, sizes[-1], self.index.type_free[t], ends, now)
         return False
 
     def _admissible(self, job: Job, gpu_type: str, n: int) -> bool:
@@ -396,17 +439,16 @@ class Scheduler:
         for t in types:
             if ctx.attempts >= self.cfg.max_preemption_attempts:
                 return False
-            if not self._admissible(job, t, n):
+            if not self._admissible(job, t, n) or not self.policy.may_have_victims(self, job, t):
                 continue
             within = self.quota.within(job.team, t, n, job.tier)
             s = job.spec
             sig = (t, s.tp_size, s.max_racks, s.power_profile, int(job.tier), within, job.team)
             if ctx.preempt_failed.get(sig, math.inf) <= n:
                 continue
-            ctx.attempts += 1
             candidates = [
                 v
-                for v in self.running_by_type[t].values()
+                for v in self.policy.victim_pool(self, job, t, within)
                 if v.id not in self.pending_stops
                 and v.started_at != now  # never undo a start of this very cycle
                 and v.spec.gpu_milli == 1000  # shared GPUs are not freed by one tenant
@@ -415,6 +457,7 @@ class Scheduler:
             ]
             plan = None
             if candidates:
+                ctx.attempts += 1
                 plan = plan_preemption(
                     self.index,
                     self._request(job, t, n),
@@ -427,9 +470,26 @@ class Scheduler:
             if plan is None:
                 ctx.preempt_failed[sig] = n
                 continue
+            if self._sooner_by_waiting(job, plan, t, n, now):
+                return False
             self._execute(job, plan, within, now, ctx)
             return True
         return False
+
+    def _sooner_by_waiting(
+        self, job: Job, plan: PreemptionPlan, gpu_type: str, n: int, now: float
+    ) -> bool:
+        """A plan that must wait out a tier-2 grace is not worth it when running jobs are
+        expected to free enough GPUs before the grace would end: the job then waits for them
+        under a reservation instead of interrupting anyone."""
+        grace = max(
+            (self._grace(v.job, job) for v in plan.victims if v.shrink_to is None), default=0.0
+        )
+        if grace <= 0:
+            return False
+        ends = ((end, self.running[j].gpus_held) for end, _, j in self.ends_by_type[gpu_type])
+        res = reserve(job, gpu_type, n, self.index.type_free[gpu_type], ends, now)
+        return res.shadow_time <= now + grace
 
     def _execute(
         self, job: Job, plan: PreemptionPlan, within: bool, now: float, ctx: _Cycle
@@ -550,6 +610,7 @@ class Scheduler:
         job.speed = self.speed(job, t)
         restarting = job.first_start is not None
         job.begin_segment(now, self.cfg.restart_overhead_s if restarting else 0.0)
+        self.ends_by_type[t].add((job.expected_end_at, job.seq, job.id))
         job.started_at = now
         if job.first_start is None:
             job.first_start = now
@@ -558,6 +619,7 @@ class Scheduler:
         self.fair.add(job.team, t, alloc.gpus)
         self.running[job.id] = job
         self.running_by_type[t][job.id] = job
+        self.running_by_tier[(t, int(job.tier))][job.id] = job
         self.team_jobs.setdefault((job.team, t), {})[job.id] = job
         if job.spec.is_elastic and self.policy.elastic:
             self.elastic_running[job.id] = job
@@ -566,6 +628,7 @@ class Scheduler:
         self._decisions.append(Start(job.id, alloc, job.borrowed))
 
     def _release(self, job: Job) -> None:
+        self._dirty = True
         alloc = job.allocation
         t = alloc.gpu_type
         w = self._watts(job)
@@ -580,6 +643,9 @@ class Scheduler:
         self.fair.add(job.team, t, -alloc.gpus)
         del self.running[job.id]
         del self.running_by_type[t][job.id]
+        del self.running_by_tier[(t, int(job.tier))][job.id]
+        self.ends_by_type[t].remove((job.expected_end_at, job.seq, job.id))
+        self.borrowed_by_type[t].pop(job.id, None)
         del self.team_jobs[(job.team, t)][job.id]
         self.elastic_running.pop(job.id, None)
         job.allocation = None
@@ -600,6 +666,10 @@ class Scheduler:
             if job.tier == Tier.CORE:
                 tier1_excess += max(0, held - room)
             job.borrowed = held > room
+            if job.borrowed:
+                self.borrowed_by_type[gpu_type][job.id] = job
+            else:
+                self.borrowed_by_type[gpu_type].pop(job.id, None)
             room = max(0, room - held)
         self.quota.tier1_excess[(team, gpu_type)] = tier1_excess
 
@@ -615,9 +685,11 @@ class Scheduler:
             job.failure_demoted = True
         job.tier = budget_capped(job.team, job.tier, self.budget)
         self.queue.add(job)
+        self._fresh.append(job)
 
     def _resize(self, job: Job, alloc: Allocation, now: float, reason: str) -> None:
         old = job.allocation
+        self._dirty = self._dirty or alloc.gpus < old.gpus
         w = self._watts(job)
         job.advance(now)
         job.close_segment(job.progress_s)
@@ -634,8 +706,10 @@ class Scheduler:
         t = alloc.gpu_type
         self.quota.add(job.team, t, job.tier, alloc.gpus - old.gpus)
         self.fair.add(job.team, t, alloc.gpus - old.gpus)
+        self.ends_by_type[t].remove((job.expected_end_at, job.seq, job.id))
         job.allocation = alloc
         job.begin_segment(now)
+        self.ends_by_type[t].add((job.expected_end_at, job.seq, job.id))
         self._rebalance(job.team, t)
         self._decisions.append(Resize(job.id, alloc, reason))
 
@@ -671,8 +745,11 @@ class Scheduler:
         for victim_id in hold.waiting:
             self.hold_of.pop(victim_id, None)
         self.queue.add(hold.job)
+        self._fresh.append(hold.job)
+        self._dirty = True
 
     def _give_back(self, hold: Hold) -> None:
+        self._dirty = True
         w = self._watts(hold.job, hold.allocation.gpu_type)
         for node, mask in hold.held:
             self.index.give(node, mask, w)

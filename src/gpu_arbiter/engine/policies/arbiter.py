@@ -19,7 +19,6 @@ from itertools import islice
 from gpu_arbiter.domain import Job, JobState
 from gpu_arbiter.engine.policy import Policy
 
-
 PLAN_DEPTH = 256  # pending jobs considered for the comparative-advantage plan per cycle
 
 

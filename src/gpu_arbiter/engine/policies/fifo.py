@@ -14,6 +14,7 @@ class FifoPolicy(Policy):
     elastic = False
     heterogeneity = "any"
     tiers = False
+    incremental = False
 
     def group_key(self, job: Job) -> int:
         return 0

@@ -24,6 +24,7 @@ class GavelPolicy(Policy):
     elastic = False
     heterogeneity = "any"
     tiers = False
+    incremental = False
     suspend_saves = True
 
     def __init__(self) -> None:
@@ -38,6 +39,8 @@ class GavelPolicy(Policy):
         if now < self.next_round:
             return
         self.next_round = now + ROUND_S
+        for job in sched.running.values():
+            job.advance(now)
         active = list(sched.running.values()) + [
             j for j in sched.queue.jobs() if j.state == JobState.PENDING
         ]

@@ -30,6 +30,7 @@ class TiresiasPolicy(Policy):
     elastic = False
     heterogeneity = "any"
     tiers = False
+    incremental = False
     suspend_saves = True
 
     def group_key(self, job: Job) -> int:
@@ -41,12 +42,19 @@ class TiresiasPolicy(Policy):
     def may_preempt(self, sched, job: Job, victim: Job, within_quota: bool) -> bool:
         return queue_of(victim) > queue_of(job)
 
+    def victim_pool(self, sched, job: Job, gpu_type: str, within_quota: bool):
+        return sched.running_by_type[gpu_type].values()
+
+    def may_have_victims(self, sched, job: Job, gpu_type: str) -> bool:
+        return bool(sched.running_by_type[gpu_type])
+
     def next_wakeup(self, sched, now: float) -> float | None:
         """The next time a running job crosses a queue threshold, if anyone is waiting."""
         if not len(sched.queue):
             return None
         best = math.inf
         for job in sched.running.values():
+            job.advance(now)
             q = queue_of(job)
             if q < len(THRESHOLDS) and job.gpus_held:
                 best = min(best, now + (THRESHOLDS[q] - job.attained_gpu_s) / job.gpus_held)

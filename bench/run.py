@@ -1,0 +1,77 @@
+"""`make bench`: run the benchmarks, write bench/results/*.json and print readable tables.
+
+    python -m bench.run [--quick]
+
+--quick shrinks every benchmark (for a smoke run); the figures in the README come from the
+full run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from bench.engine_bench import cycle_latency, placement_speedup, sim_throughput
+
+OUT = Path(__file__).parent / "results"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    args = parser.parse_args()
+    console = Console()
+    OUT.mkdir(parents=True, exist_ok=True)
+    running, pending, cycles, jobs = (
+        (500, 1000, 30, 2000) if args.quick else (5000, 10_000, 200, 100_000)
+    )
+    with console.status("scheduling cycles on the large preset ..."):
+        latency = [cycle_latency(p, running, pending, cycles) for p in ("arbiter", "backfill")]
+    with console.status("indexed placement vs a scan ..."):
+        placement = placement_speedup(100 if args.quick else 300)
+    with console.status(f"simulating {jobs:,} jobs on the medium preset ..."):
+        throughput = sim_throughput(jobs)
+    results = {"cycle_latency": latency, "placement": placement, "sim_throughput": throughput}
+    (OUT / "engine.json").write_text(json.dumps(results, indent=2))
+
+    t = Table(title="Scheduling cycle on `large` (100k GPUs)")
+    for col in ("policy", "running", "pending", "p50 ms", "p99 ms", "decisions/s"):
+        t.add_column(col, justify="right")
+    for r in latency:
+        t.add_row(
+            r["policy"],
+            str(r["running"]),
+            str(r["pending"]),
+            f"{r['p50_cycle_ms']:.2f}",
+            f"{r['p99_cycle_ms']:.2f}",
+            f"{r['decisions_per_s']:,.0f}",
+        )
+    console.print(t)
+    ratio = latency[0]["p99_cycle_ms"] / latency[1]["p99_cycle_ms"]
+    console.print(f"arbiter / backfill p99 cycle time: {ratio:.2f}x")
+    console.print(
+        f"placement: indexed {placement['indexed_us']:.1f} us vs scan {placement['scan_us']:.1f} us"
+        f" per request ({placement['speedup']:.0f}x faster)"
+    )
+    t = Table(title="Simulator throughput on `medium`")
+    for col in ("policy", "jobs", "completed", "cycles", "wall s", "jobs/s"):
+        t.add_column(col, justify="right")
+    for r in throughput:
+        t.add_row(
+            r["policy"],
+            f"{r['jobs']:,}",
+            f"{r['completed']:,}",
+            f"{r['cycles']:,}",
+            f"{r['wall_s']:.1f}",
+            f"{r['jobs_per_s']:,.0f}",
+        )
+    console.print(t)
+    console.print(f"results written to {OUT / 'engine.json'}")
+
+
+if __name__ == "__main__":
+    main()
