@@ -1,0 +1,134 @@
+"""The scheduler's driver-facing life cycle: submit validation, cancel, node failures, and
+the choice of a slower GPU type (S7, F2, E3)."""
+
+import pytest
+
+from gpu_arbiter.domain import InvalidInput, JobState, Tier
+from gpu_arbiter.domain.presets import small
+from gpu_arbiter.engine import Scheduler
+from tests.conftest import job
+from tests.engine.helpers import cluster, cycle, starts
+
+
+def mixed():
+    return cluster(
+        {"name": "fast", "nodes": 1, "gpu_type": "H100"},
+        {"name": "slow", "nodes": 1, "gpu_type": "A100"},
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (job("huge", gpus=65), "needs 65 GPUs but at most 64"),
+        (job("racked", gpus=40, max_racks=1), "within 1 rack"),
+        (job("typed", gpu_types={"B200": 1.9}), "accepts GPU types B200"),
+        (job("tp", gpus=16, tp_size=16), "tp_size 16 is larger than any NVLink domain"),
+    ],
+)
+def test_a_job_that_can_never_run_is_refused_with_a_message_naming_the_problem(spec, message):
+    sched = Scheduler(small())
+    with pytest.raises(InvalidInput, match=message):
+        sched.submit(spec, 0.0)
+    assert spec.id not in sched.jobs and len(sched.queue) == 0
+
+
+def test_a_duplicate_job_id_is_refused():
+    sched = Scheduler(small())
+    sched.submit(job("x"), 0.0)
+    with pytest.raises(InvalidInput, match="'x' was already submitted"):
+        sched.submit(job("x"), 1.0)
+
+
+def test_cancelling_a_pending_job_takes_it_off_the_queue():
+    sched = Scheduler(small())
+    sched.submit(job("x"), 0.0)
+    assert sched.cancel("x", 1.0).state == JobState.CANCELLED
+    assert len(sched.queue) == 0 and cycle(sched, 1.0) == []
+
+
+def test_cancelling_a_running_job_frees_its_gpus():
+    sched = Scheduler(small())
+    sched.submit(job("x", gpus=8), 0.0)
+    cycle(sched, 0.0)
+    sched.cancel("x", 10.0)
+    assert sched.index.total_free == 64
+    with pytest.raises(InvalidInput, match="already cancelled"):
+        sched.cancel("x", 11.0)
+
+
+def test_cancelling_a_preemptor_returns_the_gpus_held_for_it():
+    sched = Scheduler(cluster({"name": "r0", "nodes": 1}))
+    sched.submit(job("biz", team="b", tier=2, gpus=6, duration=1e5), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("core", tier=1, gpus=8), 1.0)
+    cycle(sched, 1.0)
+    assert sched.index.total_free == 0
+    sched.cancel("core", 2.0)
+    assert sched.index.total_free == 2 and not sched.holds
+    cycle(sched, 2.0)
+
+
+def test_a_node_failure_requeues_its_jobs_losing_exactly_the_work_since_the_checkpoint():
+    sched = Scheduler(small())
+    sched.submit(job("ck", tier=2, gpus=8, duration=1e5, checkpoint_interval_s=300.0), 0.0)
+    cycle(sched, 0.0)
+    node = sched.cluster.nodes[sched.jobs["ck"].allocation.nodes[0]].name
+    assert sched.node_down(node, 1000.0) == ["ck"]
+    ck = sched.jobs["ck"]
+    assert ck.state == JobState.PENDING and ck.progress_s == 900.0
+    assert ck.lost_gpu_s == pytest.approx(100.0 * 8)
+    assert ck.tier == Tier.BUSINESS and ck.restarts == 1
+
+
+def test_a_job_without_checkpoints_is_demoted_one_tier_after_a_failure():
+    sched = Scheduler(small())
+    sched.submit(job("raw", tier=2, gpus=8, duration=1e5), 0.0)
+    cycle(sched, 0.0)
+    node = sched.cluster.nodes[sched.jobs["raw"].allocation.nodes[0]].name
+    sched.node_down(node, 1000.0)
+    raw = sched.jobs["raw"]
+    assert raw.progress_s == 0.0 and raw.tier == Tier.EXPLORATORY and raw.failure_demoted
+
+
+def test_a_down_node_offers_nothing_until_it_is_up_again():
+    sched = Scheduler(cluster({"name": "r0", "nodes": 1}))
+    sched.node_down("r0-n00", 0.0)
+    sched.submit(job("x", gpus=1), 0.0)
+    assert cycle(sched, 0.0) == []
+    sched.node_up("r0-n00", 10.0)
+    assert "x" in starts(cycle(sched, 10.0))
+
+
+def test_a_requeued_job_restarts_elsewhere_after_its_restore_time():
+    sched = Scheduler(small())
+    sched.submit(job("ck", gpus=8, duration=1000.0, checkpoint_interval_s=100.0), 0.0)
+    cycle(sched, 0.0)
+    node = sched.cluster.nodes[sched.jobs["ck"].allocation.nodes[0]].name
+    sched.node_down(node, 250.0)
+    assert "ck" in starts(cycle(sched, 250.0))
+    ck = sched.jobs["ck"]
+    assert ck.stalled_until == 250.0 + sched.cfg.restart_overhead_s
+    assert node not in [sched.cluster.nodes[n].name for n in ck.allocation.nodes]
+
+
+def test_a_flexible_job_takes_the_slower_type_when_pinned_jobs_want_the_fast_one():
+    sched = Scheduler(mixed())
+    sched.submit(job("busy", gpus=6, duration=1e5, gpu_types={"H100": 1.0}), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("pinned", gpus=4, gpu_types={"H100": 1.0}), 1.0)
+    sched.submit(job("flex", gpus=2, gpu_types={"H100": 1.0, "A100": 0.87}), 1.0)
+    assert starts(cycle(sched, 1.0))["flex"].allocation.gpu_type == "A100"
+
+
+def test_a_flexible_job_takes_the_fast_type_when_nobody_needs_it():
+    sched = Scheduler(mixed())
+    sched.submit(job("flex", gpus=2, gpu_types={"H100": 1.0, "A100": 0.87}), 0.0)
+    assert starts(cycle(sched, 0.0))["flex"].allocation.gpu_type == "H100"
+
+
+def test_a_job_runs_at_its_speed_on_the_slower_type():
+    sched = Scheduler(mixed())
+    sched.submit(job("slow", gpus=8, gpu_types={"A100": 0.87}), 0.0)
+    cycle(sched, 0.0)
+    assert sched.jobs["slow"].rate == pytest.approx(0.87)
