@@ -1,0 +1,86 @@
+"""Baselines under the one interface: FIFO blocks, backfill never preempts, Tiresias demotes by
+attained service, Gavel re-plans every round."""
+
+import pytest
+
+from gpu_arbiter.domain import InvalidInput
+from gpu_arbiter.engine import Scheduler, get_policy
+from gpu_arbiter.engine.policies.gavel import ROUND_S
+from gpu_arbiter.engine.policies.tiresias import queue_of
+from tests.conftest import job
+from tests.engine.helpers import cluster, cycle, preempts, starts
+
+
+def one_node():
+    return cluster({"name": "r0", "nodes": 1})
+
+
+def test_fifo_blocks_behind_the_head_of_the_line():
+    sched = Scheduler(one_node(), policy="fifo")
+    sched.submit(job("running", gpus=4, duration=1e5), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("head", gpus=8), 1.0)
+    sched.submit(job("small", gpus=1), 2.0)
+    assert cycle(sched, 2.0) == []
+
+
+def test_backfill_lets_the_small_job_past_but_never_preempts():
+    sched = Scheduler(one_node(), policy="backfill")
+    sched.submit(job("running", gpus=4, duration=1e5), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("core", tier=1, gpus=8), 1.0)
+    sched.submit(job("small", gpus=1, walltime_s=10.0), 2.0)
+    decisions = cycle(sched, 2.0)
+    assert set(starts(decisions)) == {"small"} and preempts(decisions) == {}
+
+
+def test_tiresias_demotes_by_attained_service_and_preempts_lower_queues():
+    sched = Scheduler(one_node(), policy="tiresias")
+    sched.submit(job("old", gpus=8, duration=1e5), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("new", gpus=8), 100.0)
+    assert cycle(sched, 100.0) == []  # 800 GPU-s: still in the first queue
+    sched.jobs["old"].advance(500.0)
+    assert queue_of(sched.jobs["old"]) == 1
+    decisions = cycle(sched, 500.0)
+    assert preempts(decisions)["old"].grace_s == 0 and "new" in starts(decisions)
+    assert sched.jobs["old"].progress_s == 500.0  # Tiresias suspends, keeping the progress
+
+
+def test_tiresias_wakes_up_when_a_running_job_will_cross_a_threshold():
+    sched = Scheduler(one_node(), policy="tiresias")
+    sched.submit(job("old", gpus=8, duration=1e5), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("new", gpus=8), 100.0)
+    assert sched.cycle(100.0).next_wakeup == pytest.approx(3600.0 / 8, abs=1e-3)
+
+
+def test_gavel_replans_every_round_and_swaps_the_least_served_job_in():
+    sched = Scheduler(one_node(), policy="gavel")
+    sched.submit(job("a", gpus=8, duration=1e5), 0.0)
+    sched.submit(job("b", gpus=8, duration=1e5), 0.0)
+    first = cycle(sched, 0.0)
+    assert len(starts(first)) == 1
+    (ran,) = starts(first)
+    other = "b" if ran == "a" else "a"
+    assert cycle(sched, ROUND_S / 2) == []  # no re-plan within a round
+    decisions = cycle(sched, ROUND_S)
+    assert ran in preempts(decisions) and other in starts(decisions)
+
+
+def test_gavel_gives_the_fast_type_to_the_job_that_gains_most():
+    c = cluster(
+        {"name": "fast", "nodes": 1, "gpu_type": "H100"},
+        {"name": "slow", "nodes": 1, "gpu_type": "A100"},
+    )
+    sched = Scheduler(c, policy="gavel")
+    sched.submit(job("meh", gpus=8, gpu_types={"H100": 1.0, "A100": 0.9}), 0.0)
+    sched.submit(job("keen", gpus=8, gpu_types={"H100": 1.0, "A100": 0.3}), 0.0)
+    started = starts(cycle(sched, 0.0))
+    assert started["keen"].allocation.gpu_type == "H100"
+    assert started["meh"].allocation.gpu_type == "A100"
+
+
+def test_an_unknown_policy_is_refused_naming_the_choices():
+    with pytest.raises(InvalidInput, match="unknown policy 'lottery'.*arbiter"):
+        get_policy("lottery")
