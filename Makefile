@@ -22,6 +22,7 @@ test: setup
 
 bench: setup
 	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.api_bench
 
 lint: setup
 	$(BIN)/ruff check src tests bench
