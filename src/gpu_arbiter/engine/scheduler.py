@@ -758,12 +758,15 @@ class Scheduler:
     def _tier1_can_fit(self, spec) -> bool:
         """A tier-1 job must fit in its team's quota plus the unowned pool of some accepted type
         (it can never be preempted, so it may not hold another team's guarantee); a larger
-        tier-1 request runs at tier 2."""
+        tier-1 request runs at tier 2. Only types the job can run on count (call after
+        `_check_fits`, which knows each type's largest gang)."""
         need = spec.elastic_range[0]
         return any(
             self.quota.limit(spec.team, t) + self.quota.pool.get(t, 0) >= need
             for t in self.index.max_size
             if spec.speed_on(t, 1.0) is not None
+            and self._max_domain[t] >= spec.tp_size
+            and self._max_gang[(t, spec.max_racks)] >= need
         )
 
     def _check_fits(self, spec) -> None:
