@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 import typer
 
 from gpu_arbiter.control.api import build_service, create_app
-from gpu_arbiter.control.auth import bootstrap_admin
-from gpu_arbiter.control.loop import ServerConfig
+from gpu_arbiter.control.auth import Principal, bootstrap_admin
+from gpu_arbiter.control.loop import ControlLoop, ServerConfig
+from gpu_arbiter.control.schemas import NodeRegister
 from gpu_arbiter.domain import InvalidInput
 
 
@@ -55,8 +57,28 @@ def serve(
         str | None, typer.Option("--public-url", help="URL jobs use to reach the API.")
     ] = None,
     log_level: Annotated[str, typer.Option("--log-level")] = "warning",
+    reports: Annotated[
+        Path | None,
+        typer.Option("--reports", help="Folder of `arbiter bench` results the dashboard shows."),
+    ] = None,
+    backend: Annotated[
+        Literal["local", "slurm", "kubernetes"],
+        typer.Option(help="Executor: local processes, Slurm jobs or Kubernetes pods."),
+    ] = "local",
+    slurm_partition: Annotated[
+        str | None, typer.Option("--slurm-partition", help="Slurm partition Arbiter owns.")
+    ] = None,
+    kubeconfig: Annotated[
+        str | None,
+        typer.Option(help="kubeconfig file (default: in-cluster config, then ~/.kube/config)."),
+    ] = None,
+    namespace: Annotated[str, typer.Option(help="Kubernetes namespace for job pods.")] = "arbiter",
+    image: Annotated[
+        str, typer.Option(help="Container image Kubernetes job pods run the command in.")
+    ] = "python:3.11-slim",
 ) -> None:
-    """Run the control plane: REST API, scheduling loop and local backend."""
+    """Run the control plane: REST API, scheduling loop and a local, Slurm or Kubernetes
+    backend. With Slurm or Kubernetes the nodes come from the executor's own inventory."""
     import uvicorn
 
     for name, value in (("--tier2-grace", tier2_grace), ("--min-grace", min_grace)):
@@ -77,10 +99,42 @@ def serve(
         heartbeat_timeout_s=heartbeat_timeout,
         cycle_interval_s=cycle_interval,
     )
-    service = build_service(db, config, min_grace_s=min_grace)
+    executor: Any = None
+    if backend == "slurm":
+        from gpu_arbiter.backends.slurm import SlurmBackend
+
+        executor = SlurmBackend(state_dir / "jobs", partition=slurm_partition)
+    elif backend == "kubernetes":
+        from gpu_arbiter.backends.kubernetes import KubernetesBackend
+
+        executor = KubernetesBackend.connect(kubeconfig, namespace, image, state_dir / "jobs")
+    service = build_service(db, config, min_grace_s=min_grace, backend=executor)
+    if executor is not None:
+        _sync_nodes(service.loop, executor, heartbeat_timeout / 3)
     token_file = state_dir / "admin.token"
     created = bootstrap_admin(service.db, admin_token, token_file, time.time())
     if created:
         typer.echo(f"arbiter: admin token (also in {token_file}): {created}", err=True)
     typer.echo(f"arbiter: serving on {url} (db {db}, pid {os.getpid()})", err=True)
-    uvicorn.run(create_app(service), host=host, port=port, log_level=log_level)
+    app = create_app(service, reports_dir=reports)
+    uvicorn.run(app, host=host, port=port, log_level=log_level)
+
+
+def _sync_nodes(loop: ControlLoop, executor: Any, every_s: float) -> None:
+    """Register the executor's healthy GPU nodes and keep them alive: on Slurm or Kubernetes
+    the executor is the node agent. A faulty node is left out (its heartbeat stops); the
+    executor's own NodeDown/NodeUp events move it down and up."""
+    agent = Principal("agent", None, 0)
+
+    def run() -> None:
+        while True:
+            try:
+                for n in executor.inventory():
+                    if not n.faulty:
+                        req = NodeRegister(gpu_type=n.gpu_type, gpus=n.gpus, rack=n.rack)
+                        loop.call(loop.cmd_register_node, agent, n.name, req).result()
+            except Exception:  # a failed listing is retried; the server keeps serving
+                logging.getLogger("gpu_arbiter.serve").exception("node inventory failed")
+            time.sleep(every_s)
+
+    threading.Thread(target=run, name="arbiter-inventory", daemon=True).start()

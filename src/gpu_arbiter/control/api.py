@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
+from gpu_arbiter.backends.base import Backend
 from gpu_arbiter.backends.local import LocalBackend
 from gpu_arbiter.control.auth import Authenticator, Forbidden, Principal, Unauthorized
 from gpu_arbiter.control.errors import Conflict, NotFound, Unavailable
@@ -56,6 +57,7 @@ from gpu_arbiter.control.schemas import (
 from gpu_arbiter.control.store import open_database
 from gpu_arbiter.domain import InvalidInput
 from gpu_arbiter.economy import Ledger, PriceTable, team_bills
+from gpu_arbiter.web import dashboard_router
 
 _STATUS = {
     InvalidInput: 422,
@@ -82,19 +84,24 @@ class Service:
     loop: ControlLoop
     auth: Authenticator
     metrics: Metrics
-    backend: LocalBackend
+    backend: Any  # a Backend with log_path(job_id) and shutdown(), as every executor has
 
 
-def build_service(db_url: str, config: ServerConfig, min_grace_s: float = 5.0) -> Service:
+def build_service(
+    db_url: str, config: ServerConfig, min_grace_s: float = 5.0, backend: Backend | None = None
+) -> Service:
+    """The server's parts; `backend` defaults to local processes under STATE_DIR/jobs."""
     db = open_database(db_url)
     metrics = Metrics()
     auth = Authenticator(db)
-    backend = LocalBackend(config.state_dir / "jobs", min_grace_s=min_grace_s)
+    if backend is None:
+        backend = LocalBackend(config.state_dir / "jobs", min_grace_s=min_grace_s)
     loop = ControlLoop(db, backend, config, auth, metrics)
     return Service(db, loop, auth, metrics, backend)
 
 
-def create_app(service: Service) -> FastAPI:
+def create_app(service: Service, reports_dir: Path | None = None) -> FastAPI:
+    """The REST API plus the dashboard (`web`), which shows bench reports from `reports_dir`."""
     loop, db, auth = service.loop, service.db, service.auth
 
     @asynccontextmanager
@@ -360,6 +367,7 @@ def create_app(service: Service) -> FastAPI:
         with db.connect() as conn:
             return [dict(r) for r in conn.execute(q).mappings()]
 
+    app.include_router(dashboard_router(loop, db, auth, reports_dir))
     return app
 
 

@@ -41,3 +41,28 @@ class LiveScheduler(Scheduler):
         self._start(job, allocation, started_at)
         last = self._decisions.pop()
         assert isinstance(last, Start) and last.job_id == job.id
+
+    def move_gpus(self, job_id: str, allocation: Allocation) -> bool:
+        """Record that a running job holds other GPU indices on the same nodes, in the same
+        counts, than the engine chose: an executor such as Slurm picks the indices itself.
+        Returns False, changing nothing, when the new GPUs are not free in the engine's books
+        (or the nodes or counts differ), so the books never double-book a GPU."""
+        job = self.running.get(job_id)
+        old = job.allocation if job is not None else None
+        if job is None or old is None or job.spec.gpu_milli < 1000:
+            return False
+        counts = {n: len(g) for n, g in allocation.slots}
+        if old.gpu_type != allocation.gpu_type or {n: len(g) for n, g in old.slots} != counts:
+            return False
+        if any(self.index.down[n] for n in counts):
+            return False
+        w = self._watts(job)
+        for node, gpus in old.slots:
+            self.index.give(node, gpus_to_mask(gpus), w)
+        new = [(node, gpus_to_mask(gpus)) for node, gpus in allocation.slots]
+        fits = all(self.index.free_mask[node] & mask == mask for node, mask in new)
+        for node, mask in new if fits else [(n, gpus_to_mask(g)) for n, g in old.slots]:
+            self.index.take(node, mask, w)
+        if fits:
+            job.allocation = allocation
+        return fits

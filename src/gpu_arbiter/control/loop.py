@@ -64,7 +64,7 @@ from gpu_arbiter.domain import (
     Team,
     Tier,
 )
-from gpu_arbiter.domain.events import JobFailed
+from gpu_arbiter.domain.events import JobFailed, JobPlaced, NodeDown, NodeUp
 from gpu_arbiter.domain.team import check_quotas
 from gpu_arbiter.economy import Budgets, ChargeModel, Ledger, PriceTable, is_preemptible
 from gpu_arbiter.economy.chargeback import LOST_WORK, RERUN
@@ -614,6 +614,9 @@ class ControlLoop:
         tx.after.append(lambda: self.backend.resize(placement))
 
     def _on_event(self, tx: _Tx, event: Any) -> None:
+        if isinstance(event, NodeDown | NodeUp):
+            self._backend_node(tx, event)
+            return
         sched = self.sched
         if sched is None or event.job_id not in sched.running:
             return  # stale: the engine already queued it again (grace-0 stop, cancel)
@@ -634,6 +637,41 @@ class ControlLoop:
                 f"exited with code {event.exit_code}",
                 exit_code=event.exit_code,
             )
+        elif isinstance(event, JobPlaced):
+            self._placed(tx, event)
+
+    def _backend_node(self, tx: _Tx, event: NodeDown | NodeUp) -> None:
+        """The executor's own view of a node (Slurm drained it, or returned it to service). A
+        node is taken back up only from a fault this executor reported (its reason starts with
+        the executor's name), never from a cordon or a failed health check."""
+        node = self.nodes.get(event.node)
+        if node is None:
+            return  # not registered: registration comes from the executor's inventory
+        name = self.backend.name
+        if isinstance(event, NodeDown):
+            if node["state"] == "up":
+                self._node_down(tx, event.node, "down", event.reason, name)
+        elif node["state"] == "down" and node["reason"].startswith(f"{name}:"):
+            self._node_up(tx, event.node, name)
+
+    def _placed(self, tx: _Tx, event: JobPlaced) -> None:
+        """The executor put the job on other GPU indices of its nodes than the engine chose:
+        record them in the engine's books and as the job's allocation, or neither."""
+        assert self.sched is not None
+        job = self.sched.jobs[event.job_id]
+        nodes = {n: list(g) for n, g in event.gpus_by_node}
+        data = {"gpu_type": job.allocation.gpu_type, "nodes": nodes}
+        alloc = self._allocation_from(data)
+        if alloc is None or not self.sched.move_gpus(event.job_id, alloc):
+            log.warning(
+                "job %s: %s placed it on %s, not free in the engine's books",
+                event.job_id,
+                self.backend.name,
+                nodes,
+            )
+            return
+        tx.conn.execute(update(JOBS).where(JOBS.c.id == event.job_id).values(allocation=data))
+        self._audit(tx, self.backend.name, "placed", event.job_id, allocation=nodes)
 
     def _requeue(
         self,

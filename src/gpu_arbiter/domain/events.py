@@ -65,6 +65,16 @@ class JobFailed:
 
 
 @dataclass(frozen=True, slots=True)
+class JobPlaced:
+    """A running job got other GPU indices on its nodes than the engine chose (Slurm picks the
+    GPUs of a gres request itself): the indices the job really has, to be recorded."""
+
+    job_id: str
+    at: float
+    gpus_by_node: tuple[tuple[str, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class NodeDown:
     node: str
     at: float
@@ -77,4 +87,4 @@ class NodeUp:
     at: float
 
 
-Event = JobFinished | JobStopped | JobFailed | NodeDown | NodeUp
+Event = JobFinished | JobStopped | JobFailed | JobPlaced | NodeDown | NodeUp
