@@ -1,0 +1,135 @@
+"""Simulation reports on the dashboard: the `arbiter bench` results folders under one directory
+(`arbiter serve --reports DIR`), rendered from their results.json with the same KPI rows and
+"best policy" rule as report.md (`sim.report`), and their plots and records served as files.
+
+DIR may itself be a results folder, hold several (one level down), or both. Only files inside
+a listed folder with a known suffix are served, so a crafted name cannot reach anything else.
+"""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+SERVED = {
+    ".png": "image/png",
+    ".csv": "text/csv; charset=utf-8",
+    ".md": "text/markdown; charset=utf-8",
+    ".json": "application/json",
+}
+
+
+def find_reports(root: Path | None) -> dict[str, Path]:
+    """Results folders by name: `root` itself (named after it) and its direct subfolders."""
+    if root is None or not root.is_dir():
+        return {}
+    found: dict[str, Path] = {}
+    if (root / "results.json").is_file():
+        found[root.resolve().name or "results"] = root
+    for sub in sorted(p for p in root.iterdir() if p.is_dir()):
+        if (sub / "results.json").is_file() and sub.name not in found:
+            found[sub.name] = sub
+    return found
+
+
+def report_file(folder: Path, name: str) -> Path | None:
+    """`folder/name` when it is a file that may be served (one of `SERVED`, inside `folder`)."""
+    path = (folder / name).resolve()
+    if path.suffix not in SERVED or not path.is_file():
+        return None
+    if not path.is_relative_to(folder.resolve()):
+        return None
+    return path
+
+
+def index_html(reports: dict[str, Path], root: Path | None) -> str:
+    if root is None:
+        return (
+            "<p class='muted'>No reports directory: start the service with "
+            "<code>arbiter serve --reports DIR</code>, where DIR holds "
+            "<code>arbiter bench --out</code> folders.</p>"
+        )
+    if not reports:
+        return f"<p class='muted'>No results.json found in {escape(str(root))}.</p>"
+    rows = []
+    for name, folder in reports.items():
+        doc = _load(folder)
+        cluster = doc.get("cluster") or {}
+        rows.append(
+            "<tr>"
+            f"<td><a href='/reports/{quote(name)}/'>{escape(name)}</a></td>"
+            f"<td>{escape(str(doc.get('workload', '?')))}</td>"
+            f"<td>{escape(str(cluster.get('name', '?')))} ({cluster.get('gpus', '?')} GPUs)</td>"
+            f"<td>{escape(', '.join(doc.get('policies', {})))}</td>"
+            "</tr>"
+        )
+    return (
+        "<table class='grid' id='reports'><thead><tr><th>report</th><th>workload</th>"
+        "<th>cluster</th><th>policies</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+    )
+
+
+def report_html(name: str, folder: Path) -> str:
+    """One report: what was replayed, the KPI table (best per row marked), plots, records."""
+    from gpu_arbiter.sim.plots import PLOTS  # matplotlib only when a report is shown
+    from gpu_arbiter.sim.report import KPIS, best_policies
+
+    doc = _load(folder)
+    kpis: dict[str, dict] = doc.get("policies", {})
+    names = list(kpis)
+    cluster = doc.get("cluster") or {}
+    first = next(iter(kpis.values()), {})
+    facts = [
+        f"workload <b>{escape(str(doc.get('workload', '?')))}</b>",
+        f"cluster {escape(str(cluster.get('name', '?')))} ({cluster.get('gpus', '?')} GPUs)",
+        f"{first.get('jobs', '?')} jobs, seed {doc.get('seed', '?')}",
+    ]
+    if doc.get("trace"):
+        facts.append(f"trace read: {escape(str(doc['trace'].get('summary', '')))}")
+    head = "".join(f"<th>{escape(n)}</th>" for n in names)
+    rows = []
+    for kpi in KPIS:
+        try:
+            best = set(best_policies(kpi, kpis))
+            cells = [(n, kpi.show(kpi.value(kpis[n]))) for n in names]
+        except (KeyError, TypeError, ValueError):
+            continue  # a results.json from an older bench without this KPI
+        tds = "".join(
+            f"<td class='num{' best' if n in best and len(best) < len(names) else ''}'>"
+            f"{escape(v)}</td>"
+            for n, v in cells
+        )
+        rows.append(f"<tr><th>{escape(kpi.label)}</th>{tds}</tr>")
+    base = f"/reports/{quote(name)}/"
+    plots = "".join(
+        f"<figure><img src='{base}{quote(file)}' alt='{escape(title)}'>"
+        f"<figcaption>{escape(title)}</figcaption></figure>"
+        for file, (title, _) in PLOTS.items()
+        if (folder / file).is_file()
+    )
+    records = " · ".join(
+        f"<a href='{base}{quote(n)}/records.csv'>{escape(n)}/records.csv</a>"
+        for n in names
+        if (folder / n / "records.csv").is_file()
+    )
+    return (
+        f"<p>{' · '.join(facts)}</p>"
+        f"<table class='grid kpis' id='kpis'><thead><tr><th>KPI</th>{head}</tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+        "<p class='muted'>Best value per row in bold green (none marked when all tie).</p>"
+        f"<h2>Plots</h2><div class='plots'>{plots or '<p class=muted>No plots.</p>'}</div>"
+        f"<h2>Files</h2><p><a href='{base}report.md'>report.md</a> · "
+        f"<a href='{base}results.json'>results.json</a>"
+        f"{' · ' + records if records else ''}</p>"
+    )
+
+
+def _load(folder: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads((folder / "results.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}

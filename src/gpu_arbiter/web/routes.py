@@ -1,0 +1,242 @@
+"""The dashboard's routes: pages at `/` and `/reports`, JSON views under `/ui/api/`, CSS and JS
+under `/ui/static/`.
+
+Pages are HTML shells (no live data in them), so they need no token; the JSON views need the
+same bearer token as the REST API, which the page's script keeps in the browser's local storage
+(pasted once, or passed as `/#token=...`: a fragment never reaches the server or its logs).
+Simulation reports are served without a token: they hold replayed workloads, not tenant data.
+
+Engine state is copied on the control loop's thread (`web.snapshot`) at most once a second
+however many dashboards poll, and database reads run in the thread pool, so a dashboard never
+slows the scheduling loop down by more than one snapshot per second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from string import Template
+from typing import Annotated, Any, TypeVar
+
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import FileResponse, HTMLResponse
+from sqlalchemy import select
+from sqlalchemy.engine import Engine
+from starlette.concurrency import run_in_threadpool
+
+from gpu_arbiter.control.auth import Authenticator
+from gpu_arbiter.control.errors import NotFound, Unavailable
+from gpu_arbiter.control.loop import AUDIT, JOBS, LEDGER, NODES, SETTINGS, ControlLoop
+from gpu_arbiter.web import reports, snapshot
+from gpu_arbiter.web.views import (
+    EVENT_ACTIONS,
+    Segment,
+    Viewer,
+    heatmap_view,
+    period_spend,
+    queue_view,
+    segments_from_ledger,
+    teams_view,
+    timeline_view,
+)
+
+log = logging.getLogger("gpu_arbiter.web")
+HERE = Path(__file__).parent
+STATIC = {"app.css": "text/css", "dashboard.js": "text/javascript"}
+SNAPSHOT_TTL_S = 1.0
+LEDGER_TTL_S = 5.0
+T = TypeVar("T")
+
+
+class _Ttl:
+    """Values kept for a few seconds, computed once however many requests ask at the same time."""
+
+    def __init__(self) -> None:
+        self._values: dict[Any, tuple[float, Any]] = {}
+        self._locks: dict[Any, asyncio.Lock] = {}
+
+    async def get(self, key: Any, ttl_s: float, make: Callable[[], Awaitable[T]]) -> T:
+        hit = self._values.get(key)
+        if hit is not None and time.monotonic() - hit[0] < ttl_s:
+            return hit[1]
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            hit = self._values.get(key)
+            if hit is not None and time.monotonic() - hit[0] < ttl_s:
+                return hit[1]
+            value = await make()
+            self._values[key] = (time.monotonic(), value)
+            return value
+
+
+def _page(title: str, content: str, active: str, scripts: str = "") -> HTMLResponse:
+    html = Template((HERE / "templates" / "layout.html").read_text()).substitute(
+        title=title,
+        content=content,
+        scripts=scripts,
+        nav_dashboard="active" if active == "dashboard" else "",
+        nav_reports="active" if active == "reports" else "",
+    )
+    return HTMLResponse(html)
+
+
+def dashboard_router(
+    loop: ControlLoop, db: Engine, auth: Authenticator, reports_dir: Path | None = None
+) -> APIRouter:
+    router = APIRouter(include_in_schema=False)
+    cache = _Ttl()
+
+    def viewer(authorization: str | None) -> Viewer:
+        p = auth.principal(authorization)
+        return Viewer(p.role, p.team)
+
+    async def snap() -> snapshot.Snapshot:
+        async def take() -> snapshot.Snapshot:
+            got = await loop.run(_take_on_loop, loop)
+            if isinstance(got, Exception):
+                raise Unavailable(f"the dashboard could not read the engine: {got}")
+            return got
+
+        return await cache.get("snapshot", SNAPSHOT_TTL_S, take)
+
+    # -- pages -----------------------------------------------------------------------------
+
+    @router.get("/", response_class=HTMLResponse)
+    def dashboard() -> HTMLResponse:
+        content = (HERE / "templates" / "dashboard.html").read_text()
+        return _page(
+            "Cluster", content, "dashboard", "<script src='/ui/static/dashboard.js'></script>"
+        )
+
+    @router.get("/reports", response_class=HTMLResponse)
+    def report_index() -> HTMLResponse:
+        found = reports.find_reports(reports_dir)
+        body = "<h1>Simulation reports</h1>" + reports.index_html(found, reports_dir)
+        return _page("Simulation reports", body, "reports")
+
+    @router.get("/reports/{name}/", response_class=HTMLResponse)
+    def report_page(name: str) -> HTMLResponse:
+        folder = reports.find_reports(reports_dir).get(name)
+        if folder is None:
+            raise NotFound(f"no report {name!r}")
+        body = f"<h1>Simulation report: {name}</h1>" + reports.report_html(name, folder)
+        return _page(f"Report {name}", body, "reports")
+
+    @router.get("/reports/{name}/{file:path}")
+    def report_file(name: str, file: str) -> FileResponse:
+        folder = reports.find_reports(reports_dir).get(name)
+        path = None if folder is None else reports.report_file(folder, file)
+        if path is None:
+            raise NotFound(f"no file {file!r} in report {name!r}")
+        return FileResponse(path, media_type=reports.SERVED[path.suffix])
+
+    @router.get("/ui/static/{name}")
+    def static(name: str) -> FileResponse:
+        if name not in STATIC:
+            raise NotFound(f"no static file {name!r}")
+        return FileResponse(
+            HERE / "static" / name,
+            media_type=STATIC[name],
+            headers={"Cache-Control": "no-cache"},
+        )
+
+    # -- JSON views ------------------------------------------------------------------------
+
+    @router.get("/ui/api/heatmap")
+    async def heatmap(authorization: Annotated[str | None, Header()] = None) -> dict[str, Any]:
+        who = viewer(authorization)
+        return heatmap_view(await snap(), who)
+
+    @router.get("/ui/api/queue")
+    async def queue(
+        authorization: Annotated[str | None, Header()] = None,
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 500,
+    ) -> dict[str, Any]:
+        who = viewer(authorization)
+        s = await snap()
+        rows = await cache.get("pending-rows", SNAPSHOT_TTL_S, lambda: run_in_threadpool(_pending))
+        return queue_view(s, who, rows, limit)
+
+    @router.get("/ui/api/teams")
+    async def teams(authorization: Annotated[str | None, Header()] = None) -> dict[str, Any]:
+        who = viewer(authorization)
+        s = await snap()
+        since = min((t.period_start for t in s.teams), default=s.now)
+        spend, prices = await cache.get(
+            ("spend", since), LEDGER_TTL_S, lambda: run_in_threadpool(_spend, since)
+        )
+        return teams_view(
+            s, who, spend, prices.get("credit_value", 1.0), prices.get("currency", "USD")
+        )
+
+    @router.get("/ui/api/timeline")
+    async def timeline(
+        authorization: Annotated[str | None, Header()] = None,
+        window: Annotated[int, Query(ge=60, le=30 * 86_400)] = 3600,
+    ) -> dict[str, Any]:
+        viewer(authorization)
+        return await cache.get(
+            ("timeline", window), LEDGER_TTL_S, lambda: run_in_threadpool(_timeline, window)
+        )
+
+    # -- database reads (thread pool) ------------------------------------------------------
+
+    def _pending() -> dict[str, dict[str, Any]]:
+        q = select(JOBS.c.id, JOBS.c.name, JOBS.c.reason, JOBS.c.preemptions).where(
+            JOBS.c.state == "pending"
+        )
+        with db.connect() as conn:
+            return {r["id"]: dict(r) for r in conn.execute(q).mappings()}
+
+    def _spend(since: float) -> tuple[dict, dict[str, Any]]:
+        q = select(LEDGER.c.entry).where(
+            LEDGER.c.at >= since, LEDGER.c.kind.in_(("charge", "refund"))
+        )
+        with db.connect() as conn:
+            entries = [r.entry for r in conn.execute(q)]
+            row = conn.execute(select(SETTINGS.c.value).where(SETTINGS.c.key == "prices")).first()
+        return period_spend(entries), (row.value if row else {})
+
+    def _timeline(window: int) -> dict[str, Any]:
+        now = time.time()
+        start = now - window
+        with db.connect() as conn:
+            charges = conn.execute(
+                select(LEDGER.c.entry).where(LEDGER.c.at >= start, LEDGER.c.kind == "charge")
+            )
+            segments = segments_from_ledger(r.entry for r in charges)
+            running = conn.execute(
+                select(JOBS.c.seg_start, JOBS.c.seg_gpus, JOBS.c.spec).where(
+                    JOBS.c.state == "running", JOBS.c.seg_start.is_not(None)
+                )
+            )
+            for r in running:
+                share = r.spec.get("gpu_milli", 1000) / 1000
+                segments.append(Segment(r.seg_start, now, (r.seg_gpus or 0) * share))
+            gpus = sum(
+                r.gpus for r in conn.execute(select(NODES.c.gpus).where(NODES.c.state == "up"))
+            )
+            events = conn.execute(
+                select(AUDIT)
+                .where(AUDIT.c.at >= start, AUDIT.c.action.in_(tuple(EVENT_ACTIONS)))
+                .order_by(AUDIT.c.id.desc())
+                .limit(500)
+            ).mappings()
+            rows = [dict(e) for e in events][::-1]
+        return timeline_view(segments, rows, gpus, start, now)
+
+    return router
+
+
+def _take_on_loop(tx: Any, loop: ControlLoop) -> snapshot.Snapshot | Exception:
+    """Runs as a loop command. A failure is returned, not raised: the loop treats an unexpected
+    error in a command as a broken transaction and rebuilds all its state, which a dashboard
+    read must never cause."""
+    try:
+        return snapshot.take(loop, tx.now)
+    except Exception as e:
+        log.exception("dashboard snapshot failed")
+        return e

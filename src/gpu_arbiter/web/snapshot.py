@@ -1,0 +1,211 @@
+"""What the dashboard reads from the running engine, copied into plain data in one go.
+
+The engine belongs to the control loop's thread, so the copy is taken there (`take`, run as a
+loop command between batches) and everything the views compute afterwards works on these frozen
+values from any thread. Only plain numbers and strings are copied: a few thousand small tuples
+for a 10,000-GPU cluster, so taking it costs the loop about a millisecond.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from gpu_arbiter.control.loop import ControlLoop
+from gpu_arbiter.domain import Tier
+from gpu_arbiter.economy import is_preemptible
+from gpu_arbiter.engine.capacity import POWER_FACTOR
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """One node: `free_mask` has bit g set when GPU g is free (always 0 for a node that is out
+    of service); `state` is the control plane's: up, down (failed) or cordoned."""
+
+    name: str
+    rack: str
+    gpu_type: str
+    gpus: int
+    domain: int
+    state: str
+    reason: str
+    free_mask: int
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """GPUs of one node that one running job holds."""
+
+    job_id: str
+    team: str
+    tier: int
+    borrowed: bool
+    preempting: bool
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    """A job in the queue with what placement needs to know about it. `gpus` is the smallest
+    size it may start at; `tier1_quota_ok` is False for a tier-1 job that fits neither its
+    team's quota nor the free pool of any accepted type; `waiting_on` counts the tier-2 victims
+    a job holding GPUs still waits for (0 when it holds none)."""
+
+    id: str
+    team: str
+    tier: int
+    requested_tier: int
+    gpus: int
+    gpu_types: tuple[str, ...]
+    tp: int
+    max_racks: int | None
+    power_profile: str
+    gpu_milli: int
+    submitted_at: float
+    queued_since: float
+    tier1_quota_ok: bool = True
+    waiting_on: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TeamState:
+    """A team as the engine and the budget book see it now. `remaining` is None for a team
+    without a budget."""
+
+    name: str
+    weight: float
+    quota: dict[str, int]
+    used: dict[str, int]
+    budget: float | None
+    remaining: float | None
+    burn_rate: float
+    period_start: float
+    accrued_credits: float = 0.0  # of run segments still open, since the period began
+    accrued_gpu_seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    now: float
+    nodes: tuple[NodeState, ...] = ()
+    holdings: dict[str, tuple[Holding, ...]] = field(default_factory=dict)  # by node name
+    rack_headroom_w: dict[str, float] = field(default_factory=dict)
+    watts_per_gpu: dict[tuple[str, str], float] = field(default_factory=dict)
+    pending: tuple[PendingJob, ...] = ()
+    teams: tuple[TeamState, ...] = ()
+
+
+def take(loop: ControlLoop, now: float) -> Snapshot:
+    """Copy the engine's state; call only on the loop thread (see the module docstring)."""
+    teams = _teams(loop, now)
+    sched = loop.sched
+    if sched is None:
+        return Snapshot(now=now, teams=teams)
+    index = sched.index
+    nodes = []
+    for n in sched.cluster.nodes:
+        row = loop.nodes.get(n.name, {})
+        state = "up"
+        if index.down[n.index]:
+            state = "cordoned" if row.get("state") == "cordoned" else "down"
+        nodes.append(
+            NodeState(
+                name=n.name,
+                rack=n.rack,
+                gpu_type=n.gpu_type,
+                gpus=n.gpus,
+                domain=n.domain_size,
+                state=state,
+                reason=row.get("reason", ""),
+                free_mask=index.free_mask[n.index],
+            )
+        )
+    holdings: dict[str, list[Holding]] = {}
+    for job in sched.running.values():
+        if job.allocation is None:
+            continue
+        for node, gpus in job.allocation.slots:
+            holdings.setdefault(sched.cluster.nodes[node].name, []).append(
+                Holding(job.id, job.team, int(job.tier), job.borrowed, job.preempting, gpus)
+            )
+    pending = []
+    waiting = {job_id: len(h.waiting) for job_id, h in sched.holds.items()}
+    queued = [*sched.queue.jobs(), *(h.job for h in sched.holds.values())]
+    for job in queued:
+        spec = job.spec
+        types = tuple(sched.types_by_speed(job))
+        live = loop.live.get(job.id)
+        n = spec.elastic_range[0]
+        quota_ok = True
+        if job.tier == Tier.CORE and sched.policy.quotas:
+            quota_ok = any(sched.quota.tier1_fits(job.team, t, n) for t in types)
+        pending.append(
+            PendingJob(
+                id=job.id,
+                team=job.team,
+                tier=int(job.tier),
+                requested_tier=int(spec.tier),
+                gpus=n,
+                gpu_types=types,
+                tp=spec.tp_size,
+                max_racks=spec.max_racks,
+                power_profile=spec.power_profile,
+                gpu_milli=spec.gpu_milli,
+                submitted_at=live.submitted_at if live is not None else spec.submit_s,
+                queued_since=job.queued_since,
+                tier1_quota_ok=quota_ok,
+                waiting_on=waiting.get(job.id, 0),
+            )
+        )
+    return Snapshot(
+        now=now,
+        nodes=tuple(nodes),
+        holdings={k: tuple(v) for k, v in holdings.items()},
+        rack_headroom_w={name: index.power_headroom(i) for i, name in enumerate(index.rack_names)},
+        watts_per_gpu={
+            (t, p): index.watts_per_gpu(t, p) for t in index.max_size for p in POWER_FACTOR
+        },
+        pending=tuple(pending),
+        teams=teams,
+    )
+
+
+def _teams(loop: ControlLoop, now: float) -> tuple[TeamState, ...]:
+    sched = loop.sched
+    budgets = loop.budgets
+    start = budgets.period_start(budgets.period_index(now))
+    out = []
+    accrued: dict[str, list[float]] = {}
+    for job_id, seg in loop.segs.items():
+        live = loop.live.get(job_id)
+        if live is None:
+            continue
+        held = max(0.0, now - max(seg.start, start))
+        rate = loop.charges.rate(
+            live.spec, seg.gpu_type, seg.tier, seg.gpus, is_preemptible(seg.tier, seg.borrowed)
+        )
+        acc = accrued.setdefault(live.spec.team, [0.0, 0.0])
+        acc[0] += rate * held / 3600
+        acc[1] += seg.gpus * live.spec.gpu_milli / 1000 * held
+    for name, team in sorted(loop.teams.items()):
+        used: dict[str, int] = {}
+        if sched is not None:
+            for (t_name, gpu_type), jobs in sched.team_jobs.items():
+                if t_name == name and jobs:
+                    used[gpu_type] = sum(j.gpus_held for j in jobs.values())
+        remaining = budgets.remaining(name, now)
+        out.append(
+            TeamState(
+                name=name,
+                weight=team.weight,
+                quota=dict(team.quota),
+                used=used,
+                budget=team.budget_per_period,
+                remaining=None if math.isinf(remaining) else remaining,
+                burn_rate=loop.burn.get(name, 0.0),
+                period_start=start,
+                accrued_credits=accrued.get(name, [0.0, 0.0])[0],
+                accrued_gpu_seconds=accrued.get(name, [0.0, 0.0])[1],
+            )
+        )
+    return tuple(out)
