@@ -107,7 +107,9 @@ def serve(
     elif backend == "kubernetes":
         from gpu_arbiter.backends.kubernetes import KubernetesBackend
 
-        executor = KubernetesBackend.connect(kubeconfig, namespace, image, state_dir / "jobs")
+        executor = KubernetesBackend.connect(
+            kubeconfig, namespace, image, state_dir / "jobs", default_grace_s=tier2_grace
+        )
     service = build_service(db, config, min_grace_s=min_grace, backend=executor)
     if executor is not None:
         _sync_nodes(service.loop, executor, heartbeat_timeout / 3)
