@@ -52,7 +52,7 @@ const heat = { data: null, panels: [], cell: 10 };
 
 function layoutHeatmap(data, width) {
   const total = data.gpus;
-  const cell = total <= 512 ? 16 : total <= 2048 ? 10 : total <= 6000 ? 7 : 5;
+  const cell = total <= 512 ? 20 : total <= 2048 ? 10 : total <= 6000 ? 7 : 5;
   const step = cell + 1;
   const rowsPerCol = 32;
   const panels = [];
@@ -225,9 +225,10 @@ function drawTimeline(tl) {
   canvas.style.width = width + "px"; canvas.style.height = height + "px";
   const ctx = canvas.getContext("2d");
   ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-  const L = 40, R = width - 10, T = 14, B = height - 24;
+  const L = 40, R = width - 40, T = 24, B = height - 24;
   const x = (t) => L + (R - L) * (t - tl.start) / (tl.end - tl.start);
   const y = (v) => B - (B - T) * v;
+  ctx.textBaseline = "top";
   ctx.font = "11px system-ui, sans-serif"; ctx.fillStyle = "#6b7385"; ctx.strokeStyle = "#e1e4ea";
   for (const v of [0, 0.25, 0.5, 0.75, 1]) {
     ctx.beginPath(); ctx.moveTo(L, y(v)); ctx.lineTo(R, y(v)); ctx.stroke();
@@ -237,21 +238,29 @@ function drawTimeline(tl) {
     const t = tl.start + (tl.end - tl.start) * i / 4;
     ctx.fillText(new Date(t * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }), x(t) - 14, B + 8);
   }
+  // Utilisation as a filled area, goodput as a line on it: the gap between them is lost work.
+  ctx.fillStyle = "rgba(31, 79, 209, 0.18)"; ctx.beginPath(); ctx.moveTo(x(tl.t[0]), y(0));
+  tl.t.forEach((t, i) => ctx.lineTo(x(t), y(tl.utilisation[i])));
+  ctx.lineTo(x(tl.t[tl.t.length - 1]), y(0)); ctx.closePath(); ctx.fill();
+  const line = (key, color, w) => {
+    ctx.strokeStyle = color; ctx.lineWidth = w; ctx.beginPath();
+    tl.t.forEach((t, i) => (i ? ctx.lineTo(x(t), y(tl[key][i])) : ctx.moveTo(x(t), y(tl[key][i]))));
+    ctx.stroke(); ctx.lineWidth = 1;
+  };
+  line("utilisation", "#1f4fd1", 1);
+  line("goodput", "#2fa36b", 2);
   for (const e of tl.events) {
     ctx.strokeStyle = EVENT_COLORS[e.kind]; ctx.globalAlpha = 0.7;
     ctx.beginPath(); ctx.moveTo(x(e.at), T); ctx.lineTo(x(e.at), B); ctx.stroke();
     ctx.globalAlpha = 1; ctx.fillStyle = EVENT_COLORS[e.kind];
     ctx.beginPath(); ctx.arc(x(e.at), T, 3.5, 0, 2 * Math.PI); ctx.fill();
   }
-  const line = (key, color) => {
-    ctx.strokeStyle = color; ctx.lineWidth = 2; ctx.beginPath();
-    tl.t.forEach((t, i) => (i ? ctx.lineTo(x(t), y(tl[key][i])) : ctx.moveTo(x(t), y(tl[key][i]))));
-    ctx.stroke(); ctx.lineWidth = 1;
-  };
-  line("utilisation", "#1f4fd1");
-  line("goodput", "#2fa36b");
-  ctx.fillStyle = "#1f4fd1"; ctx.fillText("utilisation", R - 150, T - 12);
-  ctx.fillStyle = "#2fa36b"; ctx.fillText("goodput", R - 80, T - 12);
+  let lx = L;
+  for (const [label, color] of [["utilisation", "#1f4fd1"], ["goodput", "#2fa36b"], ["preemption", EVENT_COLORS.preemption], ["failure", EVENT_COLORS.failure], ["cordon", EVENT_COLORS.cordon]]) {
+    ctx.fillStyle = color; ctx.fillRect(lx, 4, 10, 10);
+    ctx.fillStyle = "#1d2330"; ctx.fillText(label, lx + 14, 4);
+    lx += ctx.measureText(label).width + 30;
+  }
   canvas.dataset.events = tl.events.length;
   const recent = tl.events.slice(-12).reverse();
   $("events").innerHTML = recent.map((e) =>
@@ -308,7 +317,7 @@ function start() {
   refresh(); refreshTimeline();
   setInterval(refresh, POLL_MS);
   setInterval(refreshTimeline, TIMELINE_MS);
-  window.arbiter = { drawHeatmap, layoutHeatmap };
+  window.arbiter = { redraw: () => heat.data && drawHeatmap(heat.data) };
 }
 
 start();

@@ -1,0 +1,155 @@
+"""The dashboard in a real headless browser (Debian's chromium driven by Playwright) against the
+seeded live service. Screenshots go to test-artifacts/ at the repository root."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gpu_arbiter.web.views import Viewer, heatmap_view
+from tests.control.harness import ADMIN
+from tests.web.clusters import big_cluster
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="browser tests need playwright (pip install playwright)"
+)
+pytestmark = pytest.mark.skipif(
+    shutil.which(CHROMIUM) is None, reason=f"browser tests need {CHROMIUM} (apt install chromium)"
+)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    yield pg
+    context.close()
+    assert not errors, errors
+
+
+def shot(page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / name), full_page=True)
+
+
+def load(page, url: str) -> None:
+    page.goto(url)
+    page.wait_for_selector("body[data-loaded='1']", timeout=30_000)
+
+
+def test_dashboard_shows_the_seeded_heatmap_queue_and_team_costs(seeded, page):
+    page.add_init_script(f"localStorage.setItem('arbiterToken', {json.dumps(ADMIN)})")
+    load(page, seeded.url + "/")
+    canvas = page.locator("#heatmap")
+    assert canvas.get_attribute("data-gpus") == "40"
+    assert canvas.get_attribute("data-racks") == "2"
+    counts = json.loads(canvas.get_attribute("data-counts"))
+    assert counts["tier 1"] == 8 and counts["borrowed"] == 10 and counts["free"] == 6
+    assert counts["failed"] == 8 and counts["cordoned"] == 8
+    rows = page.locator("#queue tbody tr")
+    assert rows.count() == 3
+    seen = {
+        rows.nth(i).get_attribute("data-job"): (
+            rows.nth(i).get_attribute("data-team"),
+            rows.nth(i).get_attribute("data-tier"),
+            rows.nth(i).get_attribute("data-reason"),
+        )
+        for i in range(3)
+    }
+    p = seeded.pending
+    assert seen == {
+        p["sweep"]: ("research", "3", "gang"),
+        p["big-eval"]: ("vision", "3", "capacity"),
+        p["try-out"]: ("interns", "3", "budget"),
+    }
+    assert "asked 2" in page.locator(f"#queue tr[data-job='{p['try-out']}']").inner_text()
+    for team, burn in seeded.burn.items():
+        cell = page.locator(f"#teams tr[data-team='{team}'] td[data-field='burn']")
+        assert cell.inner_text().startswith(f"{burn:.2f}")
+    spent = page.locator("#teams tr[data-team='vision'] td[data-field='spent']").inner_text()
+    assert "/ 1,000 credits" in spent
+    page.wait_for_function("document.getElementById('timeline').dataset.events >= 2")
+    page.locator("#heatmap").hover(position={"x": 5, "y": 20})
+    assert "gpu-node-1 GPU 0" in page.locator("#tip").inner_text()
+    shot(page, "dashboard-admin.png")
+
+
+def test_team_lead_sees_its_own_jobs_and_spend_only(seeded, page):
+    load(page, f"{seeded.url}/#token={seeded.tokens['research']}")
+    assert page.url.endswith("/")  # the token left the address bar
+    teams = page.locator("#teams tbody tr")
+    assert teams.count() == 1 and teams.first.get_attribute("data-team") == "research"
+    assert page.locator("#queue tbody tr").count() == 1
+    assert "2 of other teams" in page.locator("#queue-summary").inner_text()
+    assert "team research" in page.locator("#who").inner_text()
+    shot(page, "dashboard-team-research.png")
+
+
+def test_dashboard_asks_for_a_token_it_does_not_have(seeded, page):
+    page.goto(seeded.url + "/")
+    page.wait_for_selector("#login:not([hidden])")
+    page.fill("#token", ADMIN)
+    page.click("#login button")
+    page.wait_for_selector("body[data-loaded='1']")
+    assert page.locator("#heatmap").get_attribute("data-gpus") == "40"
+
+
+def test_heatmap_of_ten_thousand_gpus_draws_without_lag(seeded, page):
+    payload = json.dumps(heatmap_view(big_cluster(), Viewer("admin", None)))
+    page.route(
+        "**/ui/api/heatmap",
+        lambda route: route.fulfill(status=200, content_type="application/json", body=payload),
+    )
+    page.add_init_script(f"localStorage.setItem('arbiterToken', {json.dumps(ADMIN)})")
+    load(page, seeded.url + "/")
+    canvas = page.locator("#heatmap")
+    assert canvas.get_attribute("data-gpus") == "10240"
+    assert float(canvas.get_attribute("data-draw-ms")) < 250
+    redraw_ms = page.evaluate(
+        "() => { const t = performance.now();"
+        " for (let i = 0; i < 10; i++) arbiter.redraw();"
+        " return (performance.now() - t) / 10; }"
+    )
+    assert redraw_ms < 100
+    shot(page, "heatmap-10k.png")
+
+
+def test_reports_page_shows_the_bench_kpis_and_plots(seeded, page):
+    page.goto(seeded.url + "/reports")
+    page.click("#reports a")
+    page.wait_for_selector("#kpis")
+    head = page.locator("#kpis thead").inner_text()
+    assert "fifo" in head and "arbiter" in head
+    assert "mean JCT" in page.locator("#kpis tbody").inner_text()
+    images = page.locator(".plots img")
+    assert images.count() == 3
+    page.wait_for_function(
+        "[...document.querySelectorAll('.plots img')].every(i => i.complete && i.naturalWidth)"
+    )
+    shot(page, "report.png")
