@@ -84,3 +84,16 @@ def test_gavel_gives_the_fast_type_to_the_job_that_gains_most():
 def test_an_unknown_policy_is_refused_naming_the_choices():
     with pytest.raises(InvalidInput, match="unknown policy 'lottery'.*arbiter"):
         get_policy("lottery")
+
+
+def test_gavel_plans_a_job_only_on_a_type_whose_nvlink_domains_fit_its_tp_groups():
+    """Found by the completion property: Gavel planned a tp-2 job on the faster type, whose
+    NVLink domains are single GPUs, and never started it; the scheduler now offers policies
+    only the accepted types a job can run on."""
+    c = cluster(
+        {"name": "fast", "nodes": 1, "gpu_type": "H100", "nvlink_domain": 1},
+        {"name": "slow", "nodes": 1, "gpu_type": "A100"},
+    )
+    sched = Scheduler(c, policy="gavel")
+    sched.submit(job("tp", gpus=2, tp_size=2, gpu_types={"H100": 1.0, "A100": 0.87}), 0.0)
+    assert starts(cycle(sched, 0.0))["tp"].allocation.gpu_type == "A100"

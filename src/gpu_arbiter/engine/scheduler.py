@@ -318,12 +318,12 @@ class Scheduler:
         self._stop(job, now, keep_all=self.policy.suspend_saves)
 
     def types_by_speed(self, job: Job) -> list[str]:
-        """Accepted GPU types of this cluster, fastest for the job first."""
+        """Accepted GPU types of this cluster the job can run on, fastest for the job first."""
         key = job.id
         types = self._types.get(key)
         if types is None:
             types = sorted(
-                (t for t in self.index.max_size if self.speed(job, t) is not None),
+                (t for t in self.index.max_size if self._runs_on(job.spec, t)),
                 key=lambda t: (-self.speed(job, t), t),
             )
             self._types[key] = types
@@ -331,6 +331,16 @@ class Scheduler:
 
     def speed(self, job: Job, gpu_type: str) -> float | None:
         return job.spec.speed_on(gpu_type, self.cluster.gpu_types[gpu_type].speed)
+
+    def _runs_on(self, spec, gpu_type: str) -> bool:
+        """Whether a job accepts `gpu_type` and could ever be placed on it: its tp groups fit
+        the type's NVLink domains and its smallest size the type's largest gang."""
+        if spec.speed_on(gpu_type, 1.0) is None or self._max_domain[gpu_type] < spec.tp_size:
+            return False
+        key = (gpu_type, spec.max_racks)
+        if key not in self._max_gang:
+            self._max_gang[key] = self.cluster.max_gang(gpu_type, spec.max_racks)
+        return self._max_gang[key] >= spec.elastic_range[0]
 
     # -- steps -----------------------------------------------------------------------------
 
@@ -758,15 +768,12 @@ class Scheduler:
     def _tier1_can_fit(self, spec) -> bool:
         """A tier-1 job must fit in its team's quota plus the unowned pool of some accepted type
         (it can never be preempted, so it may not hold another team's guarantee); a larger
-        tier-1 request runs at tier 2. Only types the job can run on count (call after
-        `_check_fits`, which knows each type's largest gang)."""
+        tier-1 request runs at tier 2. Only types the job can run on count."""
         need = spec.elastic_range[0]
         return any(
             self.quota.limit(spec.team, t) + self.quota.pool.get(t, 0) >= need
             for t in self.index.max_size
-            if spec.speed_on(t, 1.0) is not None
-            and self._max_domain[t] >= spec.tp_size
-            and self._max_gang[(t, spec.max_racks)] >= need
+            if self._runs_on(spec, t)
         )
 
     def _check_fits(self, spec) -> None:
