@@ -95,10 +95,10 @@ def dashboard_router(
 
     async def snap() -> snapshot.Snapshot:
         async def take() -> snapshot.Snapshot:
-            got = await loop.run(_take_on_loop, loop)
+            got = await loop.run(_copy_on_loop, loop)
             if isinstance(got, Exception):
                 raise Unavailable(f"the dashboard could not read the engine: {got}")
-            return got
+            return await run_in_threadpool(snapshot.build, got)
 
         return await cache.get("snapshot", SNAPSHOT_TTL_S, take)
 
@@ -231,12 +231,12 @@ def dashboard_router(
     return router
 
 
-def _take_on_loop(tx: Any, loop: ControlLoop) -> snapshot.Snapshot | Exception:
+def _copy_on_loop(tx: Any, loop: ControlLoop) -> snapshot.Copied | Exception:
     """Runs as a loop command. A failure is returned, not raised: the loop treats an unexpected
     error in a command as a broken transaction and rebuilds all its state, which a dashboard
     read must never cause."""
     try:
-        return snapshot.take(loop, tx.now)
+        return snapshot.copy(loop, tx.now)
     except Exception as e:
         log.exception("dashboard snapshot failed")
         return e
