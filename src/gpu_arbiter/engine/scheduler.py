@@ -81,6 +81,7 @@ class _Cycle:
     blocked_types: set[str] = field(default_factory=set)
     stranded_types: set[str] = field(default_factory=set)
     stop: bool = False
+    retry: bool = False  # a per-cycle limit (power stagger) held a job back: look again next cycle
 
 
 class Scheduler:
@@ -278,8 +279,10 @@ class Scheduler:
         finally:
             self.queue.end_walk()
         # A capped walk may have left startable jobs unexamined: look at everything next time.
-        self._dirty = examined >= self.cfg.max_examined or (
-            ctx.attempts >= self.cfg.max_preemption_attempts
+        self._dirty = (
+            ctx.retry
+            or examined >= self.cfg.max_examined
+            or ctx.attempts >= self.cfg.max_preemption_attempts
         )
         if full:
             self._reservations = {t: replace(r) for t, r in ctx.reservations.items()}
@@ -440,6 +443,7 @@ class Scheduler:
         racks = {self.index.node_rack[n] for n in alloc.nodes}
         limit = self.cfg.high_power_starts_per_rack
         if any(ctx.high_power.get(r, 0) >= limit for r in racks):
+            ctx.retry = True
             return False
         for r in racks:
             ctx.high_power[r] = ctx.high_power.get(r, 0) + 1
