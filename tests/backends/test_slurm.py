@@ -120,7 +120,9 @@ def _log(b: SlurmBackend, job_id: str, needle: str, timeout_s: float = 20) -> st
 
 def test_job_sees_exactly_the_gpus_arbiter_records_when_slurm_picks_other_indices(backend):
     # Arbiter chose GPUs 6,7 of node1; Slurm picks the indices itself (lowest free first).
-    placement = Placement("s1", "echo CVD=$CUDA_VISIBLE_DEVICES", {"node1": (6, 7)}, "H100")
+    # It runs for longer than a poll: Slurm forgets the indices once a job has ended.
+    command = "echo CVD=$CUDA_VISIBLE_DEVICES; sleep 2"
+    placement = Placement("s1", command, {"node1": (6, 7)}, "H100")
     backend.start(placement)
     events = _wait(backend, lambda ev: _of(ev, JobFinished, "s1"))
     placed = _of(events, JobPlaced, "s1")

@@ -12,7 +12,8 @@ on a real cluster `ConstrainDevices=yes` hides every other device from the job: 
 `poll` reads the `GRES=gpu:h100:2(IDX:0-1)` lines of `scontrol show -d job`, and where they differ
 from the engine's choice it reports a `JobPlaced` event with the indices the job really has,
 which the control plane records as the job's allocation. Counts per node always match, so the
-engine's capacity books stay right.
+engine's capacity books stay right. Slurm forgets the indices once a job has ended, so a job
+that ends within one poll interval keeps the engine's indices in the record.
 
 Stopping: with a grace, `scancel --signal=TERM --full` (the batch shell and every step get the
 notice) and, once the grace has run out, `scancel --signal=KILL --full` then `scancel`; without
