@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gpu_arbiter.cli.inputs import CLUSTER_HELP, load_inputs
+from gpu_arbiter.cli.inputs import ARRIVAL_SCALE_HELP, CLUSTER_HELP, load_inputs
 from gpu_arbiter.domain import InvalidInput
 from gpu_arbiter.engine.policies import POLICIES
 from gpu_arbiter.sim import SimResult, simulate
@@ -94,11 +94,20 @@ def bench(
     load: Annotated[float, typer.Option(help="Offered load of the synthetic workload.")] = 0.9,
     strict: Annotated[bool, typer.Option(help="Fail on the first bad trace row.")] = False,
     limit: Annotated[int | None, typer.Option(help="Read at most this many trace jobs.")] = None,
+    arrival_scale: Annotated[float, typer.Option(help=ARRIVAL_SCALE_HELP)] = 1.0,
 ) -> None:
     """Compare policies on one workload: results.json, report.md, records and plots in --out."""
     names = parse_policies(policies)
     inputs = load_inputs(
-        cluster or default_cluster(trace, fmt), workload, seed, load, trace, fmt, strict, limit
+        cluster or default_cluster(trace, fmt),
+        workload,
+        seed,
+        load,
+        trace,
+        fmt,
+        strict,
+        limit,
+        arrival_scale,
     )
     err = Console(stderr=True)
     if inputs.stats is not None:

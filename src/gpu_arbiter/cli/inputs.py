@@ -66,6 +66,36 @@ def cluster_for(name: str, trace: Path | None = None) -> Cluster:
     return resolve_cluster(name)
 
 
+ARRIVAL_SCALE_HELP = (
+    "Multiply trace submit times (inter-arrival gaps) by this factor; durations and walltimes "
+    "are unchanged, so 0.01 offers 100x the load. 1 replays the trace's own arrivals."
+)
+
+
+def scale_arrivals(jobs: list[JobSpec], factor: float) -> list[JobSpec]:
+    """Compress (factor < 1) or stretch the gaps between arrivals, keeping every job's work
+    and walltime: the way to replay a lightly loaded trace at a realistic load. Unlike
+    `TraceOptions.time_scale`, which scales durations too and so leaves the load unchanged."""
+    if not (factor > 0 and math.isfinite(factor)):
+        raise InvalidInput(f"--arrival-scale must be > 0, got {factor}")
+    if factor == 1.0:
+        return jobs
+    return [dataclasses.replace(j, submit_s=j.submit_s * factor) for j in jobs]
+
+
+def demand_weights(jobs: Iterable[JobSpec]) -> dict[str, float]:
+    """Each team's share of the trace's GPU demand (GPU-seconds of work, reference seconds
+    times GPUs), as business weights. The default for trace replays: a cluster sizes each
+    team's guarantee by what the team runs, and a trace is the only record of that. A floor
+    of 1 % of the mean keeps a team with little demand from a zero weight."""
+    demand: dict[str, float] = {}
+    for j in jobs:
+        demand[j.team] = demand.get(j.team, 0.0) + j.duration_s * j.gpus * j.gpu_milli / 1000
+    mean = sum(demand.values()) / len(demand)
+    floor = max(0.01 * mean, 1e-9)
+    return {team: max(d, floor) / mean for team, d in sorted(demand.items())}
+
+
 def load_inputs(
     cluster: str,
     workload: str = "synthetic:1000",
@@ -75,7 +105,11 @@ def load_inputs(
     fmt: str | None = None,
     strict: bool = False,
     limit: int | None = None,
+    arrival_scale: float = 1.0,
 ) -> Inputs:
+    """The cluster, teams and jobs to simulate. Trace teams get quotas and fair-share weights
+    in proportion to their GPU demand in the trace (`demand_weights`); `arrival_scale`
+    compresses or stretches a trace's arrivals (`scale_arrivals`)."""
     if trace is None:
         topo = cluster_for(cluster)
         jobs = synthetic_workload(parse_synthetic(workload), seed, topo, load=load)
@@ -87,11 +121,10 @@ def load_inputs(
     options = TraceOptions(seed=seed, strict=strict, limit=limit)
     specs, stats = read_trace(trace, fmt, options)
     topo = cluster_for(cluster, trace)
-    jobs = list(specs)
+    jobs = scale_arrivals(list(specs), arrival_scale)
     if not jobs:
         raise InvalidInput(f"trace {trace}: no usable jobs ({stats.summary()})")
-    names = sorted({j.team for j in jobs})
-    return Inputs(topo, default_teams(topo.gpus_by_type(), names), jobs, stats)
+    return Inputs(topo, default_teams(topo.gpus_by_type(), demand_weights(jobs)), jobs, stats)
 
 
 _Weight = Annotated[float, Field(gt=0, allow_inf_nan=False)]

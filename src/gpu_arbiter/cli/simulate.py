@@ -14,7 +14,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpu_arbiter.cli.inputs import CLUSTER_HELP, load_inputs, load_teams, with_budget
+from gpu_arbiter.cli.inputs import (
+    ARRIVAL_SCALE_HELP,
+    CLUSTER_HELP,
+    load_inputs,
+    load_teams,
+    with_budget,
+)
 from gpu_arbiter.domain import InvalidInput
 from gpu_arbiter.economy import BudgetPolicy
 from gpu_arbiter.engine import get_policy
@@ -44,6 +50,7 @@ def simulate(
     fmt: Annotated[str | None, typer.Option("--format", help="Format of --trace.")] = None,
     strict: Annotated[bool, typer.Option(help="Fail on the first bad trace row.")] = False,
     limit: Annotated[int | None, typer.Option(help="Read at most this many trace jobs.")] = None,
+    arrival_scale: Annotated[float, typer.Option(help=ARRIVAL_SCALE_HELP)] = 1.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     failures: Annotated[
         bool, typer.Option(help="Inject seeded node failures (F3); --no-failures turns them off.")
@@ -73,7 +80,7 @@ def simulate(
     get_policy(policy)
     if not budget_period_days > 0:
         raise InvalidInput(f"--budget-period-days must be > 0, got {budget_period_days}")
-    inputs = load_inputs(cluster, workload, seed, load, trace, fmt, strict, limit)
+    inputs = load_inputs(cluster, workload, seed, load, trace, fmt, strict, limit, arrival_scale)
     if inputs.stats is not None:
         typer.echo(f"trace: {inputs.stats.summary()}", err=True)
     teams = inputs.teams

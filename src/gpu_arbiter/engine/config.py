@@ -17,3 +17,6 @@ class EngineConfig:
     roi_gate_gpus: int = 128  # E4: jobs above this many GPUs ...
     roi_gate_hours: float = 24.0  # ... for longer than this need a justification
     demote_after_uncheckpointed_failure: bool = True  # E3
+    # Queueing targets of tiers 1, 2 and 3; a tier-1 job expected (by walltime estimates) to
+    # get its GPUs within its target waits rather than throw away a victim's uncheckpointed work.
+    queue_target_s: tuple[float, float, float] = (300.0, 3600.0, 14400.0)

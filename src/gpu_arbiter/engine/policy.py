@@ -31,6 +31,10 @@ class Policy:
     # Gavel) suspend jobs by checkpointing them at the end of their lease, by design; Arbiter
     # stops a tier-3 job at once, and it keeps only what its last periodic checkpoint saved.
     suspend_saves = False
+    # Whether a preemption that would throw away uncheckpointed work is weighed against the
+    # preemptor's expected wait (see `Scheduler._worth_the_lost_work`); baselines preempt
+    # whenever their rule allows.
+    weigh_lost_work = False
     # Whether a cycle after arrivals alone may look at the newcomers only (see Scheduler).
     # Off for strict FIFO (a newcomer must not pass a blocked head) and for policies whose
     # order changes with time (attained service, rounds).

@@ -450,6 +450,7 @@ class Scheduler:
         return True
 
     def _try_preempt(self, job: Job, types: list[str], n: int, now: float, ctx: _Cycle) -> bool:
+        deferred: tuple[PreemptionPlan, bool] | None = None
         for t in types:
             if ctx.attempts >= self.cfg.max_preemption_attempts:
                 return False
@@ -485,10 +486,57 @@ class Scheduler:
                 ctx.preempt_failed[sig] = n
                 continue
             if self._sooner_by_waiting(job, plan, t, n, now):
-                return False
+                continue  # another accepted type may have victims that stop at once
+            if self.policy.weigh_lost_work and not self._worth_the_lost_work(job, plan, t, n, now):
+                continue
+            if deferred is None and self._plan_grace(job, plan) > 0:
+                deferred = (plan, within)  # a plan that starts at once, on another type, first
+                continue
+            if deferred is not None and self._plan_grace(job, plan) > 0:
+                continue
             self._execute(job, plan, within, now, ctx)
             return True
+        if deferred is not None:
+            self._execute(job, deferred[0], deferred[1], now, ctx)
+            return True
         return False
+
+    def _plan_grace(self, job: Job, plan: PreemptionPlan) -> float:
+        """How long the job waits for the plan's victims: the longest grace among them."""
+        return max(
+            (self._grace(v.job, job) for v in plan.victims if v.shrink_to is None), default=0.0
+        )
+
+    def _worth_the_lost_work(
+        self, job: Job, plan: PreemptionPlan, gpu_type: str, n: int, now: float
+    ) -> bool:
+        """Whether stopping the plan's victims at once is worth the work they lose.
+
+        A victim stopped without grace keeps only its last checkpoint; the GPU time since then
+        is thrown away. The alternative is to wait: the reservation's shadow time (by walltime
+        estimates) says when enough GPUs of the type free up anyway. Below tier 1 the job waits
+        when the victims would lose more GPU time than it would spend waiting (wait x GPUs); a
+        tier-1 job waits only when it would start within its queueing target anyway
+        (`EngineConfig.queue_target_s`, 5 min), so S1's suspension within a cycle stands.
+        A plan that loses nothing (shrinks, graceful stops, fresh checkpoints) is always worth
+        it."""
+        lost = 0.0
+        for victim in plan.victims:
+            v = victim.job
+            if victim.shrink_to is not None or self._grace(v, job) > 0 or v.rate <= 0:
+                continue
+            lost += (v.progress_s - v.saved_progress(now)) / v.rate * v.gpu_share
+        if lost <= 0:
+            return True
+        # Free GPUs that already suffice in number are blocked by topology or power: only
+        # GPUs that running jobs release then count towards the expected start.
+        free = self.index.type_free[gpu_type]
+        ends = ((end, self.running[j].gpus_held) for end, _, j in self.ends_by_type[gpu_type])
+        res = reserve(job, gpu_type, n, free if free < n else 0, ends, now)
+        wait = res.shadow_time - now
+        if job.tier == Tier.CORE:
+            return wait > self.cfg.queue_target_s[0]
+        return lost <= wait * n
 
     def _sooner_by_waiting(
         self, job: Job, plan: PreemptionPlan, gpu_type: str, n: int, now: float
@@ -496,9 +544,7 @@ class Scheduler:
         """A plan that must wait out a tier-2 grace is not worth it when running jobs are
         expected to free enough GPUs before the grace would end: the job then waits for them
         under a reservation instead of interrupting anyone."""
-        grace = max(
-            (self._grace(v.job, job) for v in plan.victims if v.shrink_to is None), default=0.0
-        )
+        grace = self._plan_grace(job, plan)
         if grace <= 0:
             return False
         ends = ((end, self.running[j].gpus_held) for end, _, j in self.ends_by_type[gpu_type])

@@ -90,6 +90,7 @@ class Simulator:
         self._last_t = self.specs[0].submit_s
         self._last_frag = (0.0, 0)
         self.tier1_preempted = 0
+        self._last_type: dict[str, str] = {}  # GPU type each job last ran on, for its record
 
     def _push(self, at: float, kind: int, job_id: str = "", version: int = 0) -> None:
         heapq.heappush(self._heap, (at, kind, next(self._counter), job_id, version))
@@ -166,6 +167,7 @@ class Simulator:
             if isinstance(d, Start | Resize):
                 self._close(job, now)
                 if job.state == JobState.RUNNING:
+                    self._last_type[job.id] = job.allocation.gpu_type
                     self._open(job, now)
                     self._schedule_finish(job, now)
                     if isinstance(d, Start) and self.reliability is not None:
@@ -224,7 +226,7 @@ class Simulator:
             job.advance(end)
             self._close(job, end)
         records = [
-            JobRecord.of(j, j.allocation.gpu_type if j.allocation else None)
+            JobRecord.of(j, j.allocation.gpu_type if j.allocation else self._last_type.get(j.id))
             for j in self.sched.jobs.values()
         ]
         span = max(end - start, 1e-9)

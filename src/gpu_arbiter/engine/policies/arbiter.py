@@ -10,6 +10,10 @@ gets the fast GPUs is decided by comparative advantage (as in Gavel): each cycle
 jobs are planned onto the free GPUs in order of how much faster their fastest type is than their
 slowest, so a job that gains 6x from a V100 gets it before one that gains 2x. The plan only
 picks the type a job tries first; the order in which jobs start (tier, fair share) is unchanged.
+
+A preemption that would throw away a victim's uncheckpointed work is weighed against the
+preemptor's expected wait (`Scheduler._worth_the_lost_work`), and a plan whose victims stop at
+once on another accepted type is preferred to one that waits out a tier-2 grace.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ PLAN_DEPTH = 256  # pending jobs considered for the comparative-advantage plan p
 
 class ArbiterPolicy(Policy):
     name = "arbiter"
+    weigh_lost_work = True
 
     def __init__(self) -> None:
         self.plan: dict[str, str] = {}

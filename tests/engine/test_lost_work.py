@@ -1,0 +1,61 @@
+"""Arbiter weighs the work a preemption throws away against the preemptor's expected wait."""
+
+from gpu_arbiter.domain import Team
+from gpu_arbiter.engine import Scheduler
+from tests.conftest import job
+from tests.engine.helpers import cluster, cycle, preempts, starts
+
+TEAMS = [Team("a", quota={"H100": 8}), Team("b", quota={"H100": 0})]
+
+
+def one_node():
+    return cluster({"name": "r0", "nodes": 1, "power_cap_kw": 40.0})
+
+
+def borrowed_tier3(walltime: float | None, checkpoint: float | None = None) -> Scheduler:
+    sched = Scheduler(one_node(), TEAMS)
+    spec = job("x", team="b", tier=3, gpus=8, duration=1e5, walltime_s=walltime)
+    if checkpoint is not None:
+        spec = job(
+            "x",
+            team="b",
+            tier=3,
+            gpus=8,
+            duration=1e5,
+            walltime_s=walltime,
+            checkpoint_interval_s=checkpoint,
+        )
+    sched.submit(spec, 0.0)
+    cycle(sched, 0.0)
+    return sched
+
+
+def test_a_tier2_job_waits_when_the_victim_would_lose_more_gpu_time_than_it_waits():
+    sched = borrowed_tier3(walltime=3600.0)  # 3000 s x 8 GPUs lost vs 600 s x 8 waited
+    sched.submit(job("biz", team="a", tier=2, gpus=8), 3000.0)
+    decisions = cycle(sched, 3000.0)
+    assert not preempts(decisions) and "biz" not in starts(decisions)
+
+
+def test_a_tier2_job_reclaims_when_the_borrower_has_no_end_in_sight():
+    sched = borrowed_tier3(walltime=None)
+    sched.submit(job("biz", team="a", tier=2, gpus=8), 1000.0)
+    decisions = cycle(sched, 1000.0)
+    assert set(preempts(decisions)) == {"x"} and "biz" in starts(decisions)
+
+
+def test_a_victim_that_just_checkpointed_loses_nothing_and_is_stopped():
+    sched = borrowed_tier3(walltime=3600.0, checkpoint=500.0)
+    sched.submit(job("biz", team="a", tier=2, gpus=8), 1000.0)
+    decisions = cycle(sched, 1000.0)
+    assert set(preempts(decisions)) == {"x"}
+
+
+def test_tier1_waits_only_within_its_five_minute_target():
+    soon = borrowed_tier3(walltime=1100.0)
+    soon.submit(job("core", team="a", tier=1, gpus=8), 1000.0)
+    assert not preempts(cycle(soon, 1000.0))
+    later = borrowed_tier3(walltime=3600.0)
+    later.submit(job("core", team="a", tier=1, gpus=8), 1000.0)
+    decisions = cycle(later, 1000.0)
+    assert set(preempts(decisions)) == {"x"} and "core" in starts(decisions)
