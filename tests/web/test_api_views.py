@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 
@@ -55,7 +57,13 @@ def test_teams_show_the_burn_rate_and_accrued_spend_of_the_seeded_jobs(seeded):
 
 
 def test_timeline_shows_utilisation_and_the_failure_and_cordon_events(seeded):
-    tl = seeded.admin.get("/ui/api/timeline", params={"window": 60}).json()
+    # Wait until the seeded jobs have run through at least one whole one-second bin.
+    deadline = time.monotonic() + 15
+    while True:
+        tl = seeded.admin.get("/ui/api/timeline", params={"window": 60}).json()
+        if max(tl["utilisation"]) >= 18 / 24 - 1e-6 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert len(tl["t"]) == len(tl["utilisation"]) == len(tl["goodput"]) == 60
     assert max(tl["utilisation"]) == pytest.approx(18 / 24)  # of the GPUs in service
     assert max(tl["goodput"]) == pytest.approx(18 / 24)  # nothing lost to failures yet

@@ -86,8 +86,11 @@ class GavelPolicy(Policy):
         yield from (j for j in sched.queue.by_rank() if j.id not in self.plan)
 
     def candidate_types(self, sched, job: Job) -> list[str]:
+        # The planned type first; the others after it, so a job the plan put on a type where it
+        # cannot be placed (power, topology) still runs instead of being re-planned there forever.
+        types = sched.types_by_speed(job)
         planned = self.plan.get(job.id)
-        return [planned] if planned else sched.types_by_speed(job)
+        return [planned] + [t for t in types if t != planned] if planned else types
 
     def next_wakeup(self, sched, now: float) -> float | None:
         if not len(sched.queue) and not sched.running:
