@@ -12,8 +12,8 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpu_arbiter.domain import Cluster, InvalidInput, JobSpec, Team, default_teams
+from gpu_arbiter.domain.config_files import first_error, read_yaml_mapping
 from gpu_arbiter.domain.presets import PRESETS, resolve_cluster
-from gpu_arbiter.economy._config import first_error, read_yaml_mapping
 from gpu_arbiter.traces.alibaba import alibaba_cluster
 from gpu_arbiter.traces.base import ReadStats, TraceOptions
 from gpu_arbiter.traces.gavel import gavel_cluster

@@ -7,7 +7,7 @@ Nodes get a dense integer `index` so hot paths can use lists instead of dictiona
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpu_arbiter.domain.errors import InvalidInput
 
@@ -130,7 +130,7 @@ class Cluster:
                 )
             idx = len(built)
             by_name[node.name] = idx
-            built.append(_with_index(node, idx))
+            built.append(replace(node, index=idx))
         if not any(n.gpus for n in built):
             raise InvalidInput(f"cluster {name}: has no GPUs")
         used_types = {n.gpu_type for n in built if n.gpus}
@@ -170,18 +170,3 @@ class Cluster:
                 per_rack[n.rack] = per_rack.get(n.rack, 0) + n.gpus
         sizes = sorted(per_rack.values(), reverse=True)
         return sum(sizes[:max_racks] if max_racks else sizes)
-
-
-def _with_index(node: Node, idx: int) -> Node:
-    return Node(
-        name=node.name,
-        gpu_type=node.gpu_type,
-        gpus=node.gpus,
-        rack=node.rack,
-        nvlink_domain=node.nvlink_domain,
-        idle_power_w=node.idle_power_w,
-        labels=node.labels,
-        numa_nodes=node.numa_nodes,
-        nvme_tb=node.nvme_tb,
-        index=idx,
-    )

@@ -24,10 +24,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpu_arbiter.domain.cluster import Cluster, GpuType, Node, Rack
+from gpu_arbiter.domain.config_files import first_error, read_yaml_mapping
 from gpu_arbiter.domain.errors import InvalidInput
 
 
@@ -130,7 +130,7 @@ def cluster_from_dict(data: Any, source: str = "cluster") -> Cluster:
     try:
         model = _ClusterModel.model_validate(data)
     except ValidationError as e:
-        raise InvalidInput(f"{source}: {_first_error(e)}") from None
+        raise first_error(source, e) from None
     racks, nodes = [], []
     for rm in model.racks:
         labels = frozenset(rm.labels)
@@ -173,22 +173,8 @@ def cluster_from_dict(data: Any, source: str = "cluster") -> Cluster:
 
 
 def load_cluster_yaml(path: str | Path) -> Cluster:
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise InvalidInput(f"cluster file {p}: cannot read ({e.strerror})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise InvalidInput(f"cluster file {p}: malformed YAML{where}") from None
-    if not isinstance(data, dict):
-        raise InvalidInput(
-            f"cluster file {p}: expected a mapping with 'racks', got {type(data).__name__}"
-        )
-    return cluster_from_dict(data, source=f"cluster file {p}")
+    data = read_yaml_mapping(path, "cluster file", expected="a mapping with 'racks'")
+    return cluster_from_dict(data, source=f"cluster file {path}")
 
 
 def resolve_cluster(name_or_path: str) -> Cluster:
@@ -200,9 +186,3 @@ def resolve_cluster(name_or_path: str) -> Cluster:
     raise InvalidInput(
         f"unknown cluster {name_or_path!r}: use one of {', '.join(PRESETS)} or a YAML file"
     )
-
-
-def _first_error(e: ValidationError) -> str:
-    err = e.errors()[0]
-    loc = ".".join(str(x) for x in err["loc"])
-    return f"{loc}: {err['msg']}" if loc else err["msg"]

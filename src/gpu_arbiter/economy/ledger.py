@@ -34,7 +34,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpu_arbiter.domain import ArbiterError, InvalidInput, Tier
-from gpu_arbiter.economy._config import first_error
+from gpu_arbiter.domain.config_files import first_error
 
 GRANT = "grant"
 CHARGE = "charge"

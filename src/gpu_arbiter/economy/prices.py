@@ -38,7 +38,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpu_arbiter.domain import InvalidInput, Tier
-from gpu_arbiter.economy._config import first_error, read_yaml_mapping
+from gpu_arbiter.domain.config_files import first_error, read_yaml_mapping
 
 DEFAULT_ON_DEMAND: Mapping[int, float] = MappingProxyType({1: 3.5, 2: 2.8, 3: 2.1})
 DEFAULT_PREEMPTIBLE: Mapping[int, float] = MappingProxyType({1: 1.6, 2: 1.2, 3: 0.8})

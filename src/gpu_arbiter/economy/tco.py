@@ -40,7 +40,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from rich.table import Table
 
-from gpu_arbiter.economy._config import first_error, read_yaml_mapping
+from gpu_arbiter.domain.config_files import first_error, read_yaml_mapping
 
 HOURS_PER_YEAR = 8760.0
 HOURS_PER_MONTH = HOURS_PER_YEAR / 12

@@ -1,7 +1,7 @@
 """Shared helpers that turn YAML files and pydantic errors into one-line `InvalidInput`s.
 
-Every economy config (prices, TCO) is validated at the edge the same way, so a user sees the
-same kind of message naming the bad field whichever file they got wrong.
+Every config file (clusters, teams, prices, TCO) is validated at the edge the same way, so a
+user sees the same kind of message naming the bad field whichever file they got wrong.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from gpu_arbiter.domain import InvalidInput
+from gpu_arbiter.domain.errors import InvalidInput
 
 
 def first_error(source: str, error: ValidationError) -> InvalidInput:
@@ -23,7 +23,7 @@ def first_error(source: str, error: ValidationError) -> InvalidInput:
     return InvalidInput(f"{source}: {loc}: {msg}" if loc else f"{source}: {msg}")
 
 
-def read_yaml_mapping(path: str | Path, source: str) -> dict[str, Any]:
+def read_yaml_mapping(path: str | Path, source: str, expected: str = "a mapping") -> dict[str, Any]:
     """Read a YAML file that must hold a mapping; every failure is an `InvalidInput`."""
     p = Path(path)
     try:
@@ -37,5 +37,5 @@ def read_yaml_mapping(path: str | Path, source: str) -> dict[str, Any]:
         where = f" at line {mark.line + 1}" if mark else ""
         raise InvalidInput(f"{source} {p}: malformed YAML{where}") from None
     if not isinstance(data, dict):
-        raise InvalidInput(f"{source} {p}: expected a mapping, got {type(data).__name__}")
+        raise InvalidInput(f"{source} {p}: expected {expected}, got {type(data).__name__}")
     return data
