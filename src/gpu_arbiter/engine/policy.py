@@ -78,6 +78,11 @@ class Policy:
     def before_cycle(self, sched: Scheduler, now: float) -> None:
         """Round-based policies re-plan here (and may preempt through `sched.preempt`)."""
 
+    def after_walk(self, sched: Scheduler, now: float, reservations: dict) -> None:
+        """After a full walk of the pending jobs: a policy may move running jobs onto GPUs the
+        walk left free (see `engine.migration`), honouring the walk's backfill `reservations`
+        (GPU type -> `Reservation`)."""
+
     def next_wakeup(self, sched: Scheduler, now: float) -> float | None:
         return None
 

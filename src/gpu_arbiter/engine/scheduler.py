@@ -285,6 +285,8 @@ class Scheduler:
             or ctx.attempts >= self.cfg.max_preemption_attempts
         )
         if full:
+            # Moves onto GPUs the walk left free (engine.migration), within its reservations.
+            self.policy.after_walk(self, now, ctx.reservations)
             self._reservations = {t: replace(r) for t, r in ctx.reservations.items()}
             self._blocked_types = set(ctx.blocked_types)
             self._stranded_types = set(ctx.stranded_types)
@@ -319,6 +321,27 @@ class Scheduler:
         self._decisions.append(Preempt(job.id, 0.0, reason, for_job=for_job))
         job.preemptions += 1
         self._stop(job, now, keep_all=self.policy.suspend_saves)
+
+    def move(self, job: Job, alloc: Allocation, now: float, reason: str) -> None:
+        """Stop a running job at once and start it again on `alloc` (engine.migration): a
+        `Preempt` with no grace, then a `Start`, the decisions every driver applies."""
+        self._decisions.append(Preempt(job.id, 0.0, reason))
+        job.preemptions += 1
+        self._stop(job, now, keep_all=self.policy.suspend_saves)
+        self._start(job, alloc, now)
+
+    def notice_stop(self, job: Job, grace_s: float, reason: str) -> None:
+        """Ask a running job to checkpoint and stop within `grace_s` (a tier-2 move, S1): it
+        keeps all its progress and is queued again when the driver reports it stopped."""
+        order = Preempt(job.id, grace_s, reason, checkpoint=True)
+        self._decisions.append(order)
+        job.preemptions += 1
+        job.preempting = True
+        self.pending_stops[job.id] = order
+
+    def find_for(self, job: Job, gpu_type: str, n: int) -> Allocation | None:
+        """Where `n` GPUs of `gpu_type` for `job` would go now, or None (changes nothing)."""
+        return self._find(job, gpu_type, n)
 
     def types_by_speed(self, job: Job) -> list[str]:
         """Accepted GPU types of this cluster the job can run on, fastest for the job first."""

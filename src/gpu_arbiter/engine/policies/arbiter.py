@@ -14,6 +14,16 @@ picks the type a job tries first; the order in which jobs start (tier, fair shar
 A preemption that would throw away a victim's uncheckpointed work is weighed against the
 preemptor's expected wait (`Scheduler._worth_the_lost_work`), and a plan whose victims stop at
 once on another accepted type is preferred to one that waits out a tier-2 grace.
+
+After the walk, tier-3 jobs running on a slow type move onto a faster accepted type the walk
+left free when that is expected to finish them sooner, lost work and restart included
+(`engine.migration`, S7); the GPUs they leave go to pending jobs in the next cycle, at once.
+Tier-2 jobs move the same way after notice (checkpoint and stop within the tier-2 grace), and
+are started on the promised type when they are queued again. Tier-1 jobs never move.
+
+Before taking a slow type, a pending job compares its expected finish there with waiting for
+(or preempting on) a faster one (`engine.typechoice`): it waits only within its tier's queueing
+target, so a tier-1 job still starts within one cycle when no faster type is in sight.
 """
 
 from __future__ import annotations
@@ -21,20 +31,34 @@ from __future__ import annotations
 from itertools import islice
 
 from gpu_arbiter.domain import Job, JobState
+from gpu_arbiter.engine.migration import MoveRules, plan_and_move
 from gpu_arbiter.engine.policy import Policy
+from gpu_arbiter.engine.typechoice import patient_types
 
 PLAN_DEPTH = 256  # pending jobs considered for the comparative-advantage plan per cycle
+DEFAULT_MOVES = MoveRules()
 
 
 class ArbiterPolicy(Policy):
     name = "arbiter"
     weigh_lost_work = True
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        moves: MoveRules | None = DEFAULT_MOVES,
+        patient: bool = True,
+    ) -> None:
         self.plan: dict[str, str] = {}
+        self.moves = moves  # None: never move a running job
+        self.patient = patient  # wait for a faster type when that finishes sooner
+        self.moved_at: float | None = None
+        self.promised: dict[str, tuple[str, int]] = {}  # tier-2 moves waiting out their grace
+        self.dest: dict[str, str] = {}  # type a moved tier-2 job asks for first when requeued
+        self.now = 0.0
 
     def before_cycle(self, sched, now: float) -> None:
         self.plan = {}
+        self.now = now
         if len(sched.index.type_total) < 2 or not len(sched.queue) or not sched.index.total_free:
             return  # nothing to plan onto
         # The head of the queue only: deep jobs cannot get GPUs this cycle anyway.
@@ -60,6 +84,20 @@ class ArbiterPolicy(Policy):
     def candidate_types(self, sched, job: Job) -> list[str]:
         types = sched.types_by_speed(job)
         planned = self.plan.get(job.id)
-        if planned is None or planned == types[0]:
-            return types
-        return [planned] + [t for t in types if t != planned]
+        dest = self.dest.pop(job.id, None)
+        if dest is not None and dest in types and sched.index.type_free[dest] >= job.gpus_held:
+            planned = dest  # a tier-2 job that stopped to move (engine.migration)
+        if planned is not None and planned != types[0]:
+            types = [planned] + [t for t in types if t != planned]
+        return patient_types(sched, job, types, self.now) if self.patient else types
+
+    def after_walk(self, sched, now: float, reservations: dict) -> None:
+        if self.moves is None:
+            return
+        if plan_and_move(sched, now, reservations, self.moves, self.promised):
+            self.moved_at = now
+        self.dest.update((j, t) for j, (t, _) in self.promised.items())
+
+    def next_wakeup(self, sched, now: float) -> float | None:
+        # GPUs a move left behind go to pending jobs in a cycle right after this one.
+        return now if self.moved_at == now else None

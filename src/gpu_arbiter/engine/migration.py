@@ -1,0 +1,213 @@
+"""Moving running jobs onto a faster accepted GPU type when one frees up (S7).
+
+A job that started on a slow type because the fast one was taken keeps running there long
+after the fast GPUs free up, unless something moves it. This step, run after the pending walk
+(so pending jobs always get free GPUs first), looks at the GPUs still free and moves running
+jobs onto a faster accepted type when the move is expected to finish them sooner, counting
+everything the move costs:
+
+* the work since the job's last checkpoint, which a stop at once throws away;
+* the restart overhead (restoring the checkpoint, `EngineConfig.restart_overhead_s`).
+
+By the user's walltime estimate `W` (reference seconds), the share of its work done `d` and
+the share its last checkpoint saved `c` (what a job reports as steps done of its total, F4;
+the same reading `Scheduler._est_runtime` uses), and the rates `r` (current) and `r'` (target),
+staying takes `W (1 - d) / r` and moving `overhead + W (1 - c) / r'`. A move is made when it saves
+at least `MoveRules.min_gain_s` and `MoveRules.min_gain_share` of the time staying would take.
+Jobs without a walltime estimate are never moved (nothing to judge the gain by).
+
+Who may move: tier-3 jobs stop at once (S1) and restart on the free GPUs in the same cycle.
+Tier-2 jobs are owed notice: they are asked to checkpoint and stop within the tier-2 grace
+(`Scheduler.notice_stop`), keep running meanwhile, keep all their progress, and are queued
+again with the target type as their first choice (the GPUs are counted as promised, so no
+other move takes them; a pending job still may). For them, moving takes
+`grace + overhead + (what is left after the grace) / r'`. Tier-1 jobs are never preempted, and
+a move is a stop and a restart, so they never move. Fractional
+(S11) and inference jobs stay where they are. A job that started, or was resized, in this very
+cycle is not moved (the walk just chose its type). The move must respect the backfill
+reservation of the type it moves to (it must end before the reserved start or fit in the
+reservation's spare GPUs), so it never delays a blocked higher-priority job.
+
+The step is pure: `plan_moves` only reads the scheduler; `Scheduler.move` carries a move out as
+a `Preempt` (grace 0) followed by a `Start` on the new allocation, the decisions both drivers
+already apply.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gpu_arbiter.domain import Allocation, Job, JobKind, Tier
+from gpu_arbiter.engine.backfill import Reservation, fits_before
+
+if TYPE_CHECKING:
+    from gpu_arbiter.engine.scheduler import Scheduler
+
+
+@dataclass(frozen=True, slots=True)
+class MoveRules:
+    min_gain_s: float = 600.0  # a move must save at least this much wall time ...
+    min_gain_share: float = 0.2  # ... and this share of the time staying would take
+    max_moves: int = 16  # moves per cycle
+    tiers: tuple[int, ...] = (int(Tier.EXPLORATORY),)  # tiers that may be stopped at once
+    noticed_tiers: tuple[int, ...] = (int(Tier.BUSINESS),)  # tiers moved after a grace
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    job: Job
+    gpu_type: str
+    stay_s: float  # expected wall time to finish where it is
+    move_s: float  # expected wall time to finish after the move, overhead included
+    grace_s: float = 0.0  # notice before the stop (tier 2); 0: stopped and restarted at once
+
+    @property
+    def gain_s(self) -> float:
+        return self.stay_s - self.move_s
+
+
+def finish_times(
+    walltime_ref: float,
+    done: float,
+    saved: float,
+    rate_now: float,
+    rate_new: float,
+    overhead_s: float,
+    grace_s: float = 0.0,
+    duration_ref: float = math.inf,
+) -> tuple[float, float]:
+    """(stay, move): expected wall seconds to finish on the current allocation and after a
+    restart at `rate_new` from the saved share of the work, by the walltime estimate. With a
+    grace the job runs on where it is for `grace_s` first (at `rate_now`, its work being
+    `duration_ref`) and keeps all its progress."""
+    stay = walltime_ref * max(0.0, 1 - done) / rate_now if rate_now > 0 else math.inf
+    if grace_s > 0:
+        left = max(0.0, 1 - done - rate_now * grace_s / duration_ref)
+        return stay, grace_s + overhead_s + walltime_ref * left / rate_new
+    move = overhead_s + walltime_ref * max(0.0, 1 - saved) / rate_new
+    return stay, move
+
+
+def worth_moving(stay_s: float, move_s: float, rules: MoveRules) -> bool:
+    gain = stay_s - move_s
+    return gain >= rules.min_gain_s and gain >= rules.min_gain_share * stay_s
+
+
+def movable(sched: Scheduler, job: Job, now: float, rules: MoveRules) -> bool:
+    return (
+        int(job.tier) in rules.tiers + rules.noticed_tiers
+        and job.tier != Tier.CORE
+        and job.spec.walltime_s is not None
+        and job.spec.kind == JobKind.TRAINING
+        and job.spec.gpu_milli == 1000
+        and not job.preempting
+        and job.id not in sched.pending_stops
+        and job.id not in sched.hold_of
+        and job.segment_start != now  # started or resized in this very cycle
+    )
+
+
+def candidate_moves(
+    sched: Scheduler, now: float, rules: MoveRules, free: dict[str, int]
+) -> Iterator[Move]:
+    """Every worthwhile move of a running job onto a type with enough `free` GPUs now (before
+    placement, which may still fail on topology or power)."""
+    if not any(v > 0 for v in free.values()):
+        return
+    overhead = sched.cfg.restart_overhead_s
+    for tier in rules.tiers + rules.noticed_tiers:
+        if tier == int(Tier.CORE):
+            continue  # never: a move is a preemption
+        grace = sched.cfg.tier2_grace_s if tier in rules.noticed_tiers else 0.0
+        for (gpu_type, k), jobs in sched.running_by_tier.items():
+            if k != tier:
+                continue
+            for job in jobs.values():
+                n = job.gpus_held
+                faster = [
+                    t
+                    for t in sched.types_by_speed(job)
+                    if t != gpu_type and free[t] >= n and sched.speed(job, t) > job.speed
+                ]
+                if not faster or not movable(sched, job, now, rules):
+                    continue
+                job.advance(now)
+                best: Move | None = None
+                for t in faster:
+                    rate_new = sched.speed(job, t) * n / job.spec.gpus
+                    stay, move = finish_times(
+                        job.spec.walltime_s,
+                        job.progress_s / job.spec.duration_s,
+                        job.saved_progress(now) / job.spec.duration_s,
+                        job.rate,
+                        rate_new,
+                        overhead,
+                        grace,
+                        job.spec.duration_s,
+                    )
+                    if worth_moving(stay, move, rules) and (best is None or move < best.move_s):
+                        best = Move(job, t, stay, move, grace)
+                if best is not None:
+                    yield best
+
+
+def respects(res: Reservation | None, job: Job, n: int, move_s: float, now: float) -> bool:
+    """Whether a move leaves the target type's backfill reservation intact (and books it)."""
+    if res is None or res.job_id == job.id:
+        return True
+    return fits_before(res, n, move_s, now)
+
+
+def plan_and_move(
+    sched: Scheduler,
+    now: float,
+    reservations: dict[str, Reservation],
+    rules: MoveRules | None = None,
+    promised: dict[str, tuple[str, int]] | None = None,
+) -> int:
+    """Carry out the worthwhile moves, most GPU time saved first; returns how many were made.
+
+    `promised` (job id -> (GPU type, GPUs)) books the GPUs of tier-2 moves waiting out their
+    grace; entries of jobs no longer stopping are dropped, new ones added."""
+    rules = rules or MoveRules()
+    promised = {} if promised is None else promised
+    for job_id in [j for j in promised if j not in sched.pending_stops]:
+        del promised[job_id]
+    free = dict(sched.index.type_free)
+    for t, n in promised.values():
+        free[t] -= n
+    moves = sorted(
+        candidate_moves(sched, now, rules, free),
+        key=lambda m: (-m.gain_s * m.job.gpus_held, m.job.seq),
+    )
+    made = 0
+    for m in moves:
+        if made >= rules.max_moves:
+            break
+        job, t, n = m.job, m.gpu_type, m.job.gpus_held
+        if free[t] < n or job.allocation is None:
+            continue  # an earlier move took the GPUs
+        res = reservations.get(t)
+        if res is not None and not (res.job_id == job.id or now + m.move_s <= res.shadow_time):
+            if n > res.extra:
+                continue
+        alloc: Allocation | None = sched.find_for(job, t, n)
+        if alloc is None:
+            continue
+        if not respects(res, job, n, m.move_s, now):
+            continue
+        why = (
+            f"moving from {job.allocation.gpu_type} to {t}: expected to finish "
+            f"{m.gain_s / 60:.0f} min sooner"
+        )
+        if m.grace_s > 0:
+            sched.notice_stop(job, m.grace_s, why)
+            promised[job.id] = (t, n)
+        else:
+            sched.move(job, alloc, now, why)
+        free[t] -= n
+        made += 1
+    return made

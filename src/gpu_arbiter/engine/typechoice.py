@@ -1,0 +1,106 @@
+"""Whether a pending job should start now on a slow GPU type or wait for a fast one (S7).
+
+Walking accepted types fastest first and starting on the first with free GPUs puts a job that
+runs 6x slower on a K80 than on a V100 onto the K80 whenever the V100s are busy for a moment,
+and there it stays (a tier-1 job never moves again, a tier-2 job only after two hours' notice,
+see `engine.migration`).
+This step compares, for every accepted type `t`, the expected finish
+
+    eta(t) = wait(t) + runtime(t)
+
+where `runtime` is the walltime estimate at the type's speed (`Scheduler._est_runtime`) and
+`wait` is 0 when enough GPUs are free, 0 when a preemption plan that stops its victims at once
+exists (a dry run of the scheduler's own victim rules and lost-work weighing), and otherwise
+the time until running jobs are expected to end (the EASY shadow time,
+`engine.backfill.reserve`). If the best type is free, the policy's order stands (Arbiter's
+comparative-advantage plan). If it is not free now, and its wait comes from preemption or is
+within the job's queueing target (`EngineConfig.queue_target_s`, by tier), the job is offered
+only the types whose eta is within `SLACK` of the best's: it preempts there, or waits under a
+reservation for the fast GPUs instead of taking slow ones. Otherwise (no estimate, a long
+wait) the types are offered as they were. Pure: it only reads the scheduler.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from gpu_arbiter.domain import Job
+from gpu_arbiter.engine.backfill import reserve
+from gpu_arbiter.engine.preemption import plan_preemption
+
+if TYPE_CHECKING:
+    from gpu_arbiter.engine.scheduler import Scheduler
+
+SLACK = 1.1  # a type within 10 % of the best eta is as good as the best
+
+
+def can_preempt_for(sched: Scheduler, job: Job, gpu_type: str, n: int, now: float) -> bool:
+    """Whether a preemption plan on `gpu_type` exists for the job now, by the same victim rules
+    and lost-work weighing the scheduler's preemption step uses (a dry run: nothing changes)."""
+    if not sched.policy.preemption or not sched.policy.may_have_victims(sched, job, gpu_type):
+        return False
+    if not sched._admissible(job, gpu_type, n):
+        return False
+    within = sched.quota.within(job.team, gpu_type, n, job.tier)
+    candidates = [
+        v
+        for v in sched.policy.victim_pool(sched, job, gpu_type, within)
+        if v.id not in sched.pending_stops
+        and v.started_at != now
+        and v.spec.gpu_milli == 1000
+        and sched._may_yield_to(job, v)
+        and sched.policy.may_preempt(sched, job, v, within)
+    ]
+    if not candidates or sum(v.gpus_held for v in candidates) + sched.index.type_free[gpu_type] < n:
+        return False
+    plan = plan_preemption(
+        sched.index,
+        sched._request(job, gpu_type, n),
+        candidates,
+        allowed_shrink=lambda v: sched.policy.elastic and v.spec.is_elastic,
+        watts=sched._watts,
+        strategy=sched.policy.placement,
+        now=now,
+    )
+    if plan is None or sched._plan_grace(job, plan) > 0:
+        return False
+    return not sched.policy.weigh_lost_work or sched._worth_the_lost_work(
+        job, plan, gpu_type, n, now
+    )
+
+
+def wait_for(sched: Scheduler, job: Job, gpu_type: str, n: int, now: float) -> tuple[float, bool]:
+    """(expected wait, whether it comes from preempting) for `n` GPUs of `gpu_type`."""
+    free = sched.index.type_free[gpu_type]
+    if free >= n:
+        return 0.0, False
+    if can_preempt_for(sched, job, gpu_type, n, now):
+        return 0.0, True
+    ends = ((end, sched.running[j].gpus_held) for end, _, j in sched.ends_by_type[gpu_type])
+    return reserve(job, gpu_type, n, free, ends, now).shadow_time - now, False
+
+
+def patient_types(sched: Scheduler, job: Job, types: list[str], now: float) -> list[str]:
+    """`types` (in the policy's order), cut to those worth trying now (see the module doc)."""
+    if len(types) < 2 or job.spec.walltime_s is None:
+        return types
+    n = job.spec.elastic_range[0]
+    free = sched.index.type_free
+    if all(free[t] >= n for t in types) or not any(free[t] >= n for t in types):
+        return types  # nothing to choose between: all free, or none free
+    eta: dict[str, float] = {}
+    waits: dict[str, tuple[float, bool]] = {}
+    for t in types:
+        run = sched._est_runtime(job, t, n)
+        if not math.isfinite(run):
+            return types
+        waits[t] = wait_for(sched, job, t, n, now)
+        eta[t] = waits[t][0] + run
+    best = min(types, key=lambda t: (eta[t], types.index(t)))
+    wait, by_preempting = waits[best]
+    if wait == 0.0 and not by_preempting:
+        return types  # the best type is free: the policy's order decides (its plan)
+    if not by_preempting and wait > sched.cfg.queue_target_s[int(job.tier) - 1]:
+        return types
+    return [t for t in types if eta[t] <= eta[best] * SLACK]

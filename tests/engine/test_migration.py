@@ -1,0 +1,175 @@
+"""Moves of running jobs onto a faster accepted type (engine.migration) and the choice between
+starting on a slow type now and waiting for a fast one (engine.typechoice), under Arbiter."""
+
+import pytest
+
+from gpu_arbiter.domain import Team
+from gpu_arbiter.engine import Scheduler
+from gpu_arbiter.engine.migration import MoveRules, finish_times, worth_moving
+from gpu_arbiter.engine.policies.arbiter import ArbiterPolicy
+from tests.conftest import job
+from tests.engine.helpers import cluster, cycle, preempts, starts
+
+FLEX = {"H100": 1.0, "V100": 0.25}  # 4x faster on the H100
+FAST_ONLY = {"H100": 1.0}
+
+
+def two_types(nodes: int = 1):
+    return cluster(
+        {"name": "fast", "nodes": nodes, "gpu_type": "H100"},
+        {"name": "slow", "nodes": nodes, "gpu_type": "V100"},
+    )
+
+
+def sched_with(policy=None, teams=()) -> Scheduler:
+    return Scheduler(two_types(), list(teams), policy or ArbiterPolicy())
+
+
+QUOTA = [Team("a", quota={"H100": 8, "V100": 8})]
+
+
+def on_slow_type(tier: int = 3, duration: float = 1e4, **kw) -> Scheduler:
+    """`x` runs on the V100s because a tier-1 job with no end in sight holds the H100s."""
+    sched = sched_with(teams=QUOTA)
+    sched.submit(job("blocker", tier=1, gpus=8, duration=1000.0, gpu_types=FAST_ONLY), 0.0)
+    sched.submit(
+        job("x", tier=tier, gpus=8, duration=duration, walltime_s=duration, gpu_types=FLEX, **kw),
+        0.0,
+    )
+    assert starts(cycle(sched, 0.0))["x"].allocation.gpu_type == "V100"
+    return sched
+
+
+def test_finish_times_count_the_lost_work_and_the_restart():
+    stay, move = finish_times(1000.0, 0.5, 0.0, 0.25, 1.0, 60.0)
+    assert stay == pytest.approx(2000.0)  # 500 reference s left at 0.25
+    assert move == pytest.approx(1060.0)  # all 1000 again at 1.0, plus the restart
+    assert worth_moving(stay, move, MoveRules())
+    assert not worth_moving(1000.0, 900.0, MoveRules())  # saves under 20 %
+
+
+def test_a_grace_keeps_the_progress_made_while_waiting_it_out():
+    _, move = finish_times(1000.0, 0.5, 0.0, 0.25, 1.0, 60.0, grace_s=400.0, duration_ref=1000.0)
+    assert move == pytest.approx(400.0 + 60.0 + 400.0)  # 100 of the 500 left done meanwhile
+
+
+def test_a_tier3_job_moves_to_the_fast_type_when_it_frees():
+    sched = on_slow_type()
+    sched.finished("blocker", 1000.0)
+    decisions = cycle(sched, 1000.0)
+    assert "x" in preempts(decisions) and preempts(decisions)["x"].grace_s == 0.0
+    assert starts(decisions)["x"].allocation.gpu_type == "H100"
+    x = sched.jobs["x"]
+    assert x.rate == pytest.approx(1.0) and x.preemptions == 1
+    assert x.progress_s == 0.0  # no checkpoint: its V100 work is lost, and worth losing
+    assert x.stalled_until == 1000.0 + sched.cfg.restart_overhead_s
+    assert sched.policy.next_wakeup(sched, 1000.0) == 1000.0  # the V100s go out at once
+
+
+def test_a_moved_job_keeps_its_last_checkpoint():
+    sched = on_slow_type(checkpoint_interval_s=1000.0)
+    sched.finished("blocker", 2500.0)
+    cycle(sched, 2500.0)
+    x = sched.jobs["x"]
+    assert x.allocation.gpu_type == "H100"
+    assert x.progress_s == pytest.approx(500.0)  # two checkpoints of 1000 s at 0.25
+
+
+def test_a_job_close_to_its_end_stays_where_it_is():
+    sched = on_slow_type()
+    sched.finished("blocker", 38_000.0)  # 9500 of 10000 done; moving would redo all of it
+    decisions = cycle(sched, 38_000.0)
+    assert "x" not in preempts(decisions)
+    assert sched.jobs["x"].allocation.gpu_type == "V100"
+
+
+def test_no_move_without_moves_in_the_policy():
+    sched = sched_with(ArbiterPolicy(moves=None))
+    sched.submit(job("blocker", gpus=8, duration=1000.0, gpu_types=FAST_ONLY), 0.0)
+    sched.submit(job("x", gpus=8, duration=1e4, walltime_s=1e4, gpu_types=FLEX), 0.0)
+    cycle(sched, 0.0)
+    sched.finished("blocker", 1000.0)
+    assert not preempts(cycle(sched, 1000.0))
+
+
+def test_tier1_jobs_never_move():
+    sched = on_slow_type(tier=1)
+    sched.finished("blocker", 1000.0)
+    assert not preempts(cycle(sched, 1000.0))
+    assert sched.jobs["x"].allocation.gpu_type == "V100"
+
+
+def test_a_tier2_job_moves_only_after_notice_and_keeps_its_progress():
+    sched = on_slow_type(tier=2, duration=1e5)
+    sched.finished("blocker", 1000.0)
+    decisions = cycle(sched, 1000.0)
+    order = preempts(decisions)["x"]
+    grace = sched.cfg.tier2_grace_s
+    assert order.grace_s == grace and order.checkpoint and "x" not in starts(decisions)
+    assert sched.policy.promised == {"x": ("H100", 8)}
+    sched.stopped("x", 1000.0 + grace)
+    decisions = cycle(sched, 1000.0 + grace)
+    assert starts(decisions)["x"].allocation.gpu_type == "H100"
+    assert sched.jobs["x"].progress_s == pytest.approx((1000.0 + grace) * 0.25)
+
+
+def test_a_move_never_delays_a_reserved_start():
+    sched = sched_with()
+    sched.submit(job("short", gpus=4, duration=500.0, gpu_types=FAST_ONLY), 0.0)
+    sched.submit(job("long", gpus=4, duration=1e5, walltime_s=1e5, gpu_types=FAST_ONLY), 0.0)
+    sched.submit(job("x", gpus=4, duration=2e5, walltime_s=2e5, gpu_types=FLEX), 0.0)
+    assert starts(cycle(sched, 0.0))["x"].allocation.gpu_type == "V100"
+    sched.submit(job("big", gpus=8, duration=100.0, gpu_types=FAST_ONLY), 10.0)
+    cycle(sched, 10.0)
+    sched.finished("short", 500.0)
+    decisions = cycle(sched, 500.0)  # 4 H100 free, but big holds the reservation at 1e5
+    assert "x" not in preempts(decisions)
+    assert sched.jobs["x"].allocation.gpu_type == "V100"
+
+
+def test_without_the_reservation_the_same_move_is_made():
+    sched = sched_with()
+    sched.submit(job("short", gpus=4, duration=500.0, gpu_types=FAST_ONLY), 0.0)
+    sched.submit(job("long", gpus=4, duration=1e5, walltime_s=1e5, gpu_types=FAST_ONLY), 0.0)
+    sched.submit(job("x", gpus=4, duration=2e5, walltime_s=2e5, gpu_types=FLEX), 0.0)
+    cycle(sched, 0.0)
+    sched.finished("short", 500.0)
+    assert starts(cycle(sched, 500.0))["x"].allocation.gpu_type == "H100"
+
+
+# -- waiting for a faster type (engine.typechoice) ---------------------------------------------
+
+
+def test_a_job_waits_for_the_fast_type_when_it_frees_soon_enough_to_finish_sooner():
+    sched = sched_with()
+    sched.submit(job("blocker", gpus=8, duration=600.0, walltime_s=600.0, gpu_types=FAST_ONLY), 0.0)
+    sched.submit(job("x", gpus=8, duration=1e4, walltime_s=1e4, gpu_types=FLEX), 0.0)
+    decisions = cycle(sched, 0.0)
+    assert "x" not in starts(decisions)  # 600 + 10^4 s beats 4 x 10^4 s on the V100s
+    sched.finished("blocker", 600.0)
+    assert starts(cycle(sched, 600.0))["x"].allocation.gpu_type == "H100"
+
+
+def test_a_job_takes_the_slow_type_when_the_fast_one_is_far_beyond_its_queue_target():
+    sched = sched_with()
+    sched.submit(job("blocker", gpus=8, duration=1e6, walltime_s=1e6, gpu_types=FAST_ONLY), 0.0)
+    sched.submit(job("x", gpus=8, duration=1e4, walltime_s=1e4, gpu_types=FLEX), 0.0)
+    assert starts(cycle(sched, 0.0))["x"].allocation.gpu_type == "V100"
+
+
+def test_without_patience_a_job_takes_whatever_is_free():
+    sched = sched_with(ArbiterPolicy(patient=False))
+    sched.submit(job("blocker", gpus=8, duration=600.0, walltime_s=600.0, gpu_types=FAST_ONLY), 0.0)
+    sched.submit(job("x", gpus=8, duration=1e4, walltime_s=1e4, gpu_types=FLEX), 0.0)
+    assert starts(cycle(sched, 0.0))["x"].allocation.gpu_type == "V100"
+
+
+def test_a_tier1_job_preempts_tier3_on_the_fast_type_rather_than_start_slow():
+    teams = [Team("a", quota={"H100": 8, "V100": 8}), Team("b", quota={"H100": 0, "V100": 0})]
+    sched = sched_with(teams=teams)
+    sched.submit(job("t3", team="b", gpus=8, duration=1e6, gpu_types=FAST_ONLY), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("core", tier=1, gpus=8, duration=1e4, walltime_s=1e4, gpu_types=FLEX), 5.0)
+    decisions = cycle(sched, 5.0)
+    assert "t3" in preempts(decisions)
+    assert starts(decisions)["core"].allocation.gpu_type == "H100"
