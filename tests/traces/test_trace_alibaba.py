@@ -137,3 +137,13 @@ def test_a_node_of_an_unknown_model_is_refused(tmp_path: Path) -> None:
     path.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,1000,1024,8,H800\n")
     with pytest.raises(InvalidInput, match="row 2: model: unknown GPU model 'H800'"):
         alibaba_cluster(path)
+
+
+def test_a_fraction_keeps_every_model_at_a_smaller_size(traces_dir: Path) -> None:
+    full = alibaba_cluster(traces_dir / "openb_node_list_gpu_node.csv")
+    part = alibaba_cluster(traces_dir / "openb_node_list_gpu_node.csv", fraction=0.02)
+    assert part.name == "alibaba-v2023@0.02"
+    assert set(part.gpus_by_type()) == set(full.gpus_by_type())  # at least one node per model
+    assert part.total_gpus < full.total_gpus / 10
+    with pytest.raises(InvalidInput, match="fraction must be in"):
+        alibaba_cluster(traces_dir / "openb_node_list_gpu_node.csv", fraction=0)

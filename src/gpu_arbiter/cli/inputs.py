@@ -23,7 +23,8 @@ from gpu_arbiter.traces.tiresias import tiresias_cluster
 
 CLUSTER_HELP = (
     "Preset (" + ", ".join(PRESETS) + "), a YAML file, alibaba-v2023 (the trace's real node "
-    "list), gavel:V100:P100:K80 counts, or tiresias:SPEC.csv."
+    "list; alibaba-v2023@F keeps a share F of each GPU model's nodes), gavel:V100:P100:K80 "
+    "counts, or tiresias:SPEC.csv."
 )
 
 
@@ -50,7 +51,15 @@ def parse_synthetic(spec: str) -> int:
 
 
 def cluster_for(name: str, trace: Path | None = None) -> Cluster:
-    if name == "alibaba-v2023":
+    if name == "alibaba-v2023" or name.startswith("alibaba-v2023@"):
+        fraction = 1.0
+        if "@" in name:
+            try:
+                fraction = float(name.partition("@")[2])
+            except ValueError:
+                raise InvalidInput(
+                    f"--cluster {name!r}: expected alibaba-v2023@F with F a fraction in (0, 1]"
+                ) from None
         if trace is None:
             raise InvalidInput(
                 "--cluster alibaba-v2023 needs --trace (its node list lies beside it)"
@@ -58,7 +67,7 @@ def cluster_for(name: str, trace: Path | None = None) -> Cluster:
         node_list = trace.parent / "openb_node_list_gpu_node.csv"
         if not node_list.is_file():
             raise InvalidInput(f"--cluster alibaba-v2023: no node list at {node_list}")
-        return alibaba_cluster(node_list)
+        return alibaba_cluster(node_list, fraction=fraction)
     if name.startswith("gavel:"):
         return gavel_cluster(name.removeprefix("gavel:"))
     if name.startswith("tiresias:"):

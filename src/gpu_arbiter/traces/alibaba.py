@@ -130,7 +130,9 @@ def read_alibaba(
 
 
 def alibaba_cluster(
-    node_list_csv: str | Path, gpu_types: Mapping[str, GpuType] | None = None
+    node_list_csv: str | Path,
+    gpu_types: Mapping[str, GpuType] | None = None,
+    fraction: float = 1.0,
 ) -> Cluster:
     """The real openb GPU cluster from its node list (`openb_node_list_gpu_node.csv`).
 
@@ -139,7 +141,13 @@ def alibaba_cluster(
     first appearance, file order within a model, `NODES_PER_RACK` (16) consecutive nodes of one
     model per rack (`<model>-r<k>`). `gpu_types` overrides the speeds and powers of
     `ALIBABA_GPU_TYPES`.
+
+    `fraction` < 1 keeps that share of each model's nodes (the first in file order, at least
+    one per model): the same mix of GPU types at a smaller size, to replay the trace at a
+    realistic load (named `alibaba-v2023@<fraction>`).
     """
+    if not 0 < fraction <= 1:
+        raise InvalidInput(f"alibaba-v2023 cluster: fraction must be in (0, 1], got {fraction}")
     path = Path(node_list_csv)
     if not path.is_file():
         raise InvalidInput(f"alibaba-v2023 node list: file not found: {path}")
@@ -163,6 +171,9 @@ def alibaba_cluster(
             by_model.setdefault(model, []).append((rec["sn"], model, gpus))
     racks: dict[str, list[tuple[str, str, int]]] = {}
     for model, nodes in by_model.items():
+        if fraction < 1:
+            nodes = nodes[: max(1, round(len(nodes) * fraction))]
         for k in range(0, len(nodes), NODES_PER_RACK):
             racks[f"{model}-r{k // NODES_PER_RACK:02d}"] = nodes[k : k + NODES_PER_RACK]
-    return pack_cluster("alibaba-v2023", racks, types.values())
+    name = "alibaba-v2023" if fraction == 1 else f"alibaba-v2023@{fraction:g}"
+    return pack_cluster(name, racks, types.values())
