@@ -71,6 +71,27 @@ def test_a_bad_request_names_the_field_and_changes_nothing(live):
     assert len(live.admin.get("/v1/audit", params={"limit": 100000}).json()) == audit_before
 
 
+def test_a_bad_submission_is_refused_before_it_reaches_the_loop(live):
+    """The submit route reads its own headers and body (the API's hot path): the same checks,
+    the same 4xx naming what is wrong, nothing written."""
+    _, a = team(live)
+    audit_before = len(live.admin.get("/v1/audit", params={"limit": 100000}).json())
+    long_key = a.post("/v1/jobs", json=job_body(), headers={"Idempotency-Key": "k" * 129})
+    assert long_key.status_code == 422 and "idempotency-key" in long_key.json()["detail"]
+    not_json = a.post("/v1/jobs", content=b"{not json", headers={"Content-Type": "json"})
+    assert not_json.status_code == 422 and not_json.json()["detail"].startswith("body")
+    nested = a.post("/v1/jobs", json=job_body(gpu_types={"H100": -1}))
+    assert nested.status_code == 422 and "body.gpu_types" in nested.json()["detail"]
+    url = f"{live.server.url}/v1/jobs"
+    assert httpx.post(url, json=job_body()).status_code == 401
+    basic = httpx.post(url, json=job_body(), headers={"Authorization": "Basic eDp5"})
+    assert basic.status_code == 401
+    unknown = httpx.post(url, json=job_body(), headers={"Authorization": "Bearer nope"})
+    assert unknown.status_code == 401 and "unknown" in unknown.json()["detail"]
+    assert live.admin.post("/v1/jobs", json=job_body()).status_code == 422  # no team named
+    assert len(live.admin.get("/v1/audit", params={"limit": 100000}).json()) == audit_before
+
+
 def test_resubmitting_with_the_same_idempotency_key_returns_the_same_job(live):
     _, a = team(live)
     first = a.post("/v1/jobs", json=job_body(), headers={"Idempotency-Key": "k1"})
@@ -142,13 +163,19 @@ def test_a_revoked_token_stops_working_at_once(live):
     _, a = team(live)
     assert a.get("/v1/jobs").status_code == 200
     me = a.get("/v1/whoami").json()
+    assert a.post("/v1/jobs", json=job_body(command="true")).status_code == 201
     assert live.admin.delete(f"/v1/tokens/{me['token_id']}").status_code == 200
     assert a.get("/v1/jobs").status_code == 401
+    assert a.post("/v1/jobs", json=job_body(command="true")).status_code == 401
 
 
 def test_openapi_and_metrics_are_published(live):
     spec = httpx.get(f"{live.server.url}/openapi.json").json()
     assert "/v1/jobs" in spec["paths"] and "/v1/nodes/{name}/heartbeat" in spec["paths"]
+    submit = spec["paths"]["/v1/jobs"]["post"]
+    body = submit["requestBody"]["content"]["application/json"]["schema"]
+    assert {"command", "gpus", "tier", "client_key"} <= set(body["properties"])
+    assert "idempotency-key" in {p["name"] for p in submit["parameters"]}
     text = httpx.get(f"{live.server.url}/metrics").text
     for name in (
         "arbiter_gpus",
@@ -158,4 +185,5 @@ def test_openapi_and_metrics_are_published(live):
         "arbiter_api_request_seconds",
     ):
         assert name in text
+    assert 'arbiter_api_request_seconds_count{method="POST",route="/v1/jobs"}' in text
     assert ADMIN not in text
