@@ -255,7 +255,7 @@ class ControlLoop:
                 return
 
     def _timeout(self) -> float:
-        if self._changed:
+        if self._changed and self.sched is not None:  # without nodes no cycle is due
             return max(
                 0.0,
                 min(self.cfg.tick_s, self._last_cycle + self.cfg.cycle_interval_s - time.time()),
@@ -506,9 +506,7 @@ class ControlLoop:
         assert self.sched is not None
         job = self.sched.jobs[d.job_id]
         live = self.live[d.job_id]
-        alloc = d.allocation
-        by_node = {self.sched.cluster.nodes[n].name: list(g) for n, g in alloc.slots}
-        self.segs[d.job_id] = _Segment(tx.now, alloc.gpu_type, alloc.gpus, job.tier, d.borrowed)
+        values, placement = self._place(tx, d.job_id, d.allocation, d.borrowed)
         tx.conn.execute(
             update(JOBS)
             .where(JOBS.c.id == d.job_id)
@@ -516,31 +514,18 @@ class ControlLoop:
                 state="running",
                 preempting=False,
                 tier=int(job.tier),
-                allocation={"gpu_type": alloc.gpu_type, "nodes": by_node},
                 started_at=tx.now,
                 first_start=func.coalesce(JOBS.c.first_start, tx.now),
-                seg_start=tx.now,
-                seg_gpu_type=alloc.gpu_type,
-                seg_gpus=alloc.gpus,
-                seg_tier=int(job.tier),
-                seg_borrowed=d.borrowed,
                 reason="",
+                **values,
             )
         )
         if job.first_start == tx.now and job.preemptions == 0 and job.restarts == 0:
             self.metrics.queue_delay.labels(str(int(job.spec.tier))).observe(
                 tx.now - live.submitted_at
             )
+        by_node = values["allocation"]["nodes"]
         self._audit(tx, SCHEDULER, "start", d.job_id, allocation=by_node, borrowed=d.borrowed)
-        placement = Placement(
-            job_id=d.job_id,
-            command=live.command,
-            gpus_by_node={n: tuple(g) for n, g in by_node.items()},
-            gpu_type=alloc.gpu_type,
-            env=self._job_env(d.job_id, live, job.tier),
-            team=job.team,
-            tier=int(job.tier),
-        )
         tx.after.append(lambda: self.backend.start(placement))
 
     def _on_preempt(self, tx: _Tx, d: Preempt) -> None:
@@ -584,34 +569,41 @@ class ControlLoop:
     def _on_resize(self, tx: _Tx, d: Resize) -> None:
         assert self.sched is not None
         job = self.sched.jobs[d.job_id]
-        live = self.live[d.job_id]
         self._close_segment(tx, d.job_id)
-        alloc = d.allocation
-        by_node = {self.sched.cluster.nodes[n].name: list(g) for n, g in alloc.slots}
-        self.segs[d.job_id] = _Segment(tx.now, alloc.gpu_type, alloc.gpus, job.tier, job.borrowed)
-        tx.conn.execute(
-            update(JOBS)
-            .where(JOBS.c.id == d.job_id)
-            .values(
-                allocation={"gpu_type": alloc.gpu_type, "nodes": by_node},
-                seg_start=tx.now,
-                seg_gpu_type=alloc.gpu_type,
-                seg_gpus=alloc.gpus,
-                seg_tier=int(job.tier),
-                seg_borrowed=job.borrowed,
-            )
-        )
+        values, placement = self._place(tx, d.job_id, d.allocation, job.borrowed)
+        tx.conn.execute(update(JOBS).where(JOBS.c.id == d.job_id).values(**values))
+        by_node = values["allocation"]["nodes"]
         self._audit(tx, SCHEDULER, "resize", d.job_id, allocation=by_node, reason=d.reason)
+        tx.after.append(lambda: self.backend.resize(placement))
+
+    def _place(
+        self, tx: _Tx, job_id: str, alloc: Allocation, borrowed: bool
+    ) -> tuple[dict[str, Any], Placement]:
+        """A job now holds `alloc` (a start or a resize): open its run segment, and return the
+        job row's allocation and segment columns and what the backend is to run where."""
+        assert self.sched is not None
+        job = self.sched.jobs[job_id]
+        live = self.live[job_id]
+        by_node = {self.sched.cluster.nodes[n].name: list(g) for n, g in alloc.slots}
+        self.segs[job_id] = _Segment(tx.now, alloc.gpu_type, alloc.gpus, job.tier, borrowed)
+        values = {
+            "allocation": {"gpu_type": alloc.gpu_type, "nodes": by_node},
+            "seg_start": tx.now,
+            "seg_gpu_type": alloc.gpu_type,
+            "seg_gpus": alloc.gpus,
+            "seg_tier": int(job.tier),
+            "seg_borrowed": borrowed,
+        }
         placement = Placement(
-            job_id=d.job_id,
+            job_id=job_id,
             command=live.command,
             gpus_by_node={n: tuple(g) for n, g in by_node.items()},
             gpu_type=alloc.gpu_type,
-            env=self._job_env(d.job_id, live, job.tier),
+            env=self._job_env(job_id, live, job.tier),
             team=job.team,
             tier=int(job.tier),
         )
-        tx.after.append(lambda: self.backend.resize(placement))
+        return values, placement
 
     def _on_event(self, tx: _Tx, event: Any) -> None:
         if isinstance(event, NodeDown | NodeUp):
