@@ -1,6 +1,10 @@
-"""The control loop without a server: what it does between requests."""
+"""The control loop without a server: when it wakes up between requests."""
 
 from __future__ import annotations
+
+import time
+
+import pytest
 
 from gpu_arbiter.control.loop import ControlLoop, ServerConfig
 from gpu_arbiter.control.store import open_database
@@ -16,12 +20,28 @@ class _NoBackend:
         return []
 
 
-def test_a_loop_without_nodes_waits_a_whole_tick_between_wakeups(tmp_path):
+@pytest.fixture
+def loop(tmp_path):
+    db = open_database(str(tmp_path / "a.db"))
+    cfg = ServerConfig(state_dir=tmp_path, tick_s=60.0, cycle_interval_s=30.0)
+    loop = ControlLoop(db, _NoBackend(), cfg)  # type: ignore[arg-type]
+    loop._load()
+    loop._transaction(loop._tick)
+    loop._last_tick = time.time()
+    yield loop
+    db.dispose()
+
+
+def test_a_loop_without_nodes_waits_a_whole_tick_between_wakeups(loop):
     """With no nodes there is no cycle to run, so a change must not make the loop spin (it did:
     a zero timeout on every wakeup until the first node registered, a whole core busy)."""
-    db = open_database(str(tmp_path / "a.db"))
-    loop = ControlLoop(db, _NoBackend(), ServerConfig(state_dir=tmp_path))  # type: ignore[arg-type]
-    loop._load()
     assert loop.sched is None and loop._changed
-    assert loop._timeout() == loop.cfg.tick_s
-    db.dispose()
+    assert loop._timeout() > 30.0
+
+
+def test_a_rebuild_is_ticked_at_once_but_a_plain_batch_waits_for_the_tick(loop):
+    """A batch of commands is not followed by a tick unless one is due; a command that needs
+    the engine rebuilt (a node or team change) gets it before the next batch."""
+    assert time.time() < loop._next_tick()
+    loop._rebuild = True
+    assert loop._next_tick() == 0.0 and loop._timeout() == 0.0

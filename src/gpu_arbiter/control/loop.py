@@ -189,6 +189,7 @@ class ControlLoop:
         self._changed = True
         self._rebuild = False
         self._last_cycle = 0.0
+        self._last_tick = 0.0
         self._last_observed = 0.0
         self._wakeup = math.inf
         self.last_cycle_result: Any = None
@@ -247,20 +248,29 @@ class ControlLoop:
                 pass
             if batch:
                 self._commands(batch)
-            try:
-                self._transaction(self._tick)
-            except Exception:
-                log.exception("control loop tick failed; state was rebuilt from the database")
+            if stop or time.time() >= self._next_tick():
+                try:
+                    self._transaction(self._tick)
+                except Exception:
+                    log.exception("control loop tick failed; state was rebuilt from the database")
+                self._last_tick = time.time()
             if stop:
                 return
 
+    def _next_tick(self) -> float:
+        """When the tick is due: every `tick_s`, sooner when a change awaits its cycle (there
+        are nodes to run one on) and at once when the engine must be rebuilt. Not after every
+        batch: under a stream of submissions that was a second transaction, a backend poll and
+        a health check per commit, more CPU than the submissions themselves."""
+        if self._rebuild:
+            return 0.0
+        due = self._last_tick + self.cfg.tick_s
+        if self._changed and self.sched is not None:
+            due = min(due, self._last_cycle + self.cfg.cycle_interval_s)
+        return due
+
     def _timeout(self) -> float:
-        if self._changed and self.sched is not None:  # without nodes no cycle is due
-            return max(
-                0.0,
-                min(self.cfg.tick_s, self._last_cycle + self.cfg.cycle_interval_s - time.time()),
-            )
-        return self.cfg.tick_s
+        return min(self.cfg.tick_s, max(0.0, self._next_tick() - time.time()))
 
     def _now(self) -> float:
         self._last_now = max(self._last_now, time.time())
