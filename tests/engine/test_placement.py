@@ -124,3 +124,29 @@ def test_spread_places_a_gang_that_is_not_a_multiple_of_the_node_size():
     index = CapacityIndex(small())
     alloc = place(index, Request("H100", 12), "spread")
     assert alloc is not None and alloc.gpus == 12
+
+
+def test_a_gang_whose_power_room_is_not_a_whole_number_of_tp_groups_per_rack_still_fits():
+    # Found by the completion property: each rack of pod p1 has power for 5 GPUs, i.e. two
+    # tp-2 groups, so the two racks that seem to cover 10 GPUs hold 8; a third rack is needed.
+    from gpu_arbiter.domain import GPU_CATALOG, Cluster, Node, Rack
+
+    layout = [("r0", 2), ("r1", 2), ("r2", 2), ("r2", 2), ("r2", 2), ("r3", 4), ("r3", 4)]
+    nodes = tuple(
+        Node(name=f"n{i}", gpu_type="H100", gpus=g, rack=r, nvlink_domain=2, index=i)
+        for i, (r, g) in enumerate(layout)
+    )
+    caps = {"r0": 2400.0, "r1": 2400.0, "r2": 5800.0, "r3": 4800.0}
+    pods = {"r0": "p0", "r1": "p0", "r2": "p1", "r3": "p1"}
+    racks = {r: Rack(name=r, pod=pods[r], power_cap_w=c) for r, c in caps.items()}
+    c = Cluster(
+        name="tp-power",
+        nodes=nodes,
+        racks=racks,
+        gpu_types={"H100": GPU_CATALOG["H100"]},
+        _by_name={n.name: n.index for n in nodes},
+    )
+    index = CapacityIndex(c)
+    alloc = place(index, Request("H100", 10, 2))
+    assert alloc is not None and alloc.gpus == 10
+    assert all(len(gpus) % 2 == 0 for _, gpus in alloc.slots)

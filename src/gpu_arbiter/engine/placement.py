@@ -133,6 +133,9 @@ def _search_buckets(index: CapacityIndex, buckets, req: Request, need_w: float, 
     return None
 
 
+EXTRA_RACKS = 2  # racks added when the fewest that cover a gang in number cannot hold it
+
+
 def _place_across_nodes(index: CapacityIndex, req: Request, pack: bool) -> Allocation | None:
     t, n = req.gpu_type, req.gpus
     w = _watts(index, req)
@@ -140,8 +143,8 @@ def _place_across_nodes(index: CapacityIndex, req: Request, pack: bool) -> Alloc
     for r in index.type_racks[t]:
         f = index.rack_free[(t, r)]
         if f:
-            u = min(f, int(index.power_headroom(r) // w))
-            if u >= req.tp:
+            u = min(f, int(index.power_headroom(r) // w)) // req.tp * req.tp
+            if u:
                 usable.append((u, r))
     if sum(u for u, _ in usable) < n:
         return None
@@ -172,10 +175,16 @@ def _place_across_nodes(index: CapacityIndex, req: Request, pack: bool) -> Alloc
         alloc = _fill(index, req, [r for _, r in chosen], w, pack)
         if alloc:
             return alloc
-    # 3. across pods
+    # 3. across pods, fewest racks; a rack's usable count is an upper bound (tensor-parallel
+    # groups must fit within nodes), so a few more racks are tried before giving up
     chosen = _largest_covering(usable, n, limit)
-    if chosen:
-        return _fill(index, req, [r for _, r in chosen], w, pack)
+    if not chosen:
+        return None
+    ordered = sorted(usable, key=lambda x: (-x[0], x[1]))
+    for k in range(len(chosen), min(limit, len(ordered), len(chosen) + EXTRA_RACKS) + 1):
+        alloc = _fill(index, req, [r for _, r in ordered[:k]], w, pack)
+        if alloc:
+            return alloc
     return None
 
 
