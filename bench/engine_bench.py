@@ -11,7 +11,7 @@ import random
 import statistics
 import time
 
-from gpu_arbiter.domain import JobSpec, Tier
+from gpu_arbiter.domain import JobSpec, JobState, Tier
 from gpu_arbiter.domain.presets import large, medium
 from gpu_arbiter.engine import Scheduler
 from gpu_arbiter.engine.placement import Request, pick_gpus, place
@@ -69,7 +69,11 @@ def loaded_scheduler(policy: str, running: int, pending: int, seed: int = 0) -> 
                     0.0,
                 )
                 i += 1
-            sched.cycle(0.0)
+            if not sched.cycle(0.0).started:
+                break  # the rest is queued behind jobs that preempt (or wait) first
+    for job in list(sched.jobs.values()):
+        if job.id.startswith("fill") and job.state == JobState.PENDING:
+            sched.cancel(job.id, 0.0)  # leave only the workload's jobs waiting
     while len(sched.queue) < pending:
         sched.submit(_job(i, rng, types), 1.0)
         i += 1

@@ -252,14 +252,23 @@ class Job:
         dt = now - self.updated_at
         if dt > 0 and self.allocation is not None:
             held = self.gpu_share
-            productive = now - max(self.updated_at, self.stalled_until)
-            if productive > 0:
-                self.progress_s = min(
-                    self.spec.duration_s, self.progress_s + self.rate * productive
-                )
+            self.progress_s = self.progress_at(now)
             self.busy_gpu_s += held * dt
             self.attained_gpu_s += held * dt
         self.updated_at = max(self.updated_at, now)
+
+    def progress_at(self, now: float) -> float:
+        """Progress `advance(now)` would reach, without changing anything."""
+        productive = now - max(self.updated_at, self.stalled_until)
+        if productive <= 0 or self.allocation is None:
+            return self.progress_s
+        return min(self.spec.duration_s, self.progress_s + self.rate * productive)
+
+    def unsaved_at(self, now: float) -> float:
+        """Progress a stop at `now` would throw away: what was made since the last checkpoint
+        (reference seconds; changes nothing)."""
+        progress = self.progress_at(now)
+        return progress - self.saved_progress(now, progress)
 
     def begin_segment(self, now: float, stall_s: float = 0.0) -> None:
         """Start a run segment (a start, restart or resize) at `now`."""
@@ -285,15 +294,17 @@ class Job:
         self.progress_s = kept
         self.checkpoint_s = kept
 
-    def saved_progress(self, now: float) -> float:
+    def saved_progress(self, now: float, progress: float | None = None) -> float:
         """Progress kept by the last periodic checkpoint at or before `now` (F2).
 
         Checkpoints are taken every `checkpoint_interval_s` of productive run time in the current
         segment; a job without checkpointing keeps only what an explicit save (`checkpoint_s`)
-        kept. Call after `advance(now)`."""
+        kept. Call after `advance(now)`, or pass the `progress_at(now)`."""
+        if progress is None:
+            progress = self.progress_s
         interval = self.spec.checkpoint_interval_s
         if interval is None or self.allocation is None:
-            return min(self.checkpoint_s, self.progress_s)
+            return min(self.checkpoint_s, progress)
         productive = max(0.0, now - max(self.segment_start, self.stalled_until))
         periodic = self.segment_progress + self.rate * checkpointed_s(productive, interval)
-        return min(self.progress_s, max(self.checkpoint_s, periodic))
+        return min(progress, max(self.checkpoint_s, periodic))

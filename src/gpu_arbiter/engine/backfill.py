@@ -30,16 +30,23 @@ def reserve(
 ) -> Reservation:
     """`ends` is (expected end, GPUs held) of the running jobs of the type, earliest first. The
     shadow time is infinite when even all of them ending would not free enough GPUs."""
-    available = free
-    shadow = now
-    if available < gpus:
-        shadow = math.inf
-        for end, held in ends:
-            available += held
-            if available >= gpus:
-                shadow = max(end, now)
-                break
+    shadow, available = expected_free_at(gpus, free, ends, now)
     return Reservation(job.id, gpu_type, gpus, shadow, max(0, available - gpus))
+
+
+def expected_free_at(
+    gpus: int, free: int, ends: Iterable[tuple[float, int]], now: float
+) -> tuple[float, int]:
+    """(when `gpus` GPUs will be free, how many will be free then) given `free` now and the
+    running jobs' (expected end, GPUs held), earliest first."""
+    available = free
+    if available >= gpus:
+        return now, available
+    for end, held in ends:
+        available += held
+        if available >= gpus:
+            return max(end, now), available
+    return math.inf, available
 
 
 def fits_before(res: Reservation, gpus: int, est_runtime_s: float, now: float) -> bool:

@@ -58,13 +58,13 @@ class Policy:
             within_quota or victim.borrowed or victim.team == job.team
         )
 
-    def victim_pool(self, sched: Scheduler, job: Job, gpu_type: str, within_quota: bool):
-        """Running jobs on `gpu_type` worth testing with `may_preempt`: lower tiers, and, for a
-        job within its quota, anything borrowed. Indexed, so a cycle never scans every job."""
-        for tier in range(int(job.tier) + 1, 4):
-            yield from sched.running_by_tier[(gpu_type, tier)].values()
+    def victim_tiers(self, job: Job, within_quota: bool) -> tuple[int, ...]:
+        """Tiers of running jobs worth testing with `may_preempt`, lowest tier (cheapest) first:
+        lower tiers than the job's, and, for a job within its quota, borrowed jobs of any tier
+        but 1 (reclaim)."""
         if within_quota:
-            yield from (v for v in sched.borrowed_by_type[gpu_type].values() if v.tier <= job.tier)
+            return (3, 2)
+        return tuple(k for k in (3, 2) if k > job.tier)
 
     def may_have_victims(self, sched: Scheduler, job: Job, gpu_type: str) -> bool:
         """Cheap test before building the victim list: is anything lower or borrowed running?"""

@@ -38,39 +38,42 @@ class PreemptionPlan:
     victims: list[Victim]
 
 
-def victim_cost(victim: Job, now: float) -> tuple:
-    lost = (victim.progress_s - victim.saved_progress(now)) * victim.gpus_held
-    return (-int(victim.tier), not victim.borrowed, lost, -(victim.started_at or 0.0), victim.seq)
+# (sort key, victim, allocation it keeps or None, allocation it releases, the victim's
+# allocation and borrowed flag when the option was made — it is stale once either changes)
+Option = tuple[tuple, Job, Allocation | None, Allocation, Allocation, bool]
+
+
+def victim_options(jobs: Iterable[Job], shrink: bool, now: float) -> list[Option]:
+    """The running jobs in `jobs` as victim options, cheapest first (see the module doc): shrunk
+    to their minimum when `shrink` (jobs that cannot shrink are left out), else stopped."""
+    options = []
+    for v in jobs:
+        alloc = v.allocation
+        kept = shrunk_allocation(v) if shrink else None
+        if shrink and kept is None:
+            continue
+        lost = v.unsaved_at(now) * alloc.gpus
+        key = (-int(v.tier), not v.borrowed, lost, -(v.started_at or 0.0), v.seq)
+        part = alloc if kept is None else _difference(alloc, kept)
+        options.append((key, v, kept, part, alloc, v.borrowed))
+    options.sort(key=_first)
+    return options
 
 
 def plan_preemption(
     index: CapacityIndex,
     req: Request,
-    candidates: Iterable[Job],
-    allowed_shrink: Callable[[Job], bool],
+    options: Iterable[Option],
     watts: Callable[[Job], float],
     strategy: str,
-    now: float,
 ) -> PreemptionPlan | None:
-    options: list[tuple[tuple, Job, Allocation | None, Allocation]] = []
-    for v in candidates:
-        if v.allocation is None:
-            continue
-        v.advance(now)
-        if allowed_shrink(v):
-            kept = shrunk_allocation(v)
-            if kept is not None:
-                released = _difference(v.allocation, kept)
-                options.append(((0,) + victim_cost(v, now), v, kept, released))
-                continue
-        options.append(((1,) + victim_cost(v, now), v, None, v.allocation))
-    if index.type_free.get(req.gpu_type, 0) + sum(o[3].gpus for o in options) < req.gpus:
-        return None
-    options.sort(key=lambda o: o[0])
+    """The cheapest victims whose GPUs let `req` be placed, or None. `options` are the allowed
+    victims cheapest first; they are taken lazily, so a plan that needs a few victims looks at
+    a few, however many jobs run."""
     released: list[tuple[Job, Allocation | None, Allocation]] = []
     alloc = None
     try:
-        for _, v, kept, part in options:
+        for _, v, kept, part, _, _ in options:
             _give(index, part, watts(v))
             released.append((v, kept, part))
             if index.type_free[req.gpu_type] >= req.gpus:
@@ -91,6 +94,10 @@ def plan_preemption(
     chosen |= _power_victims(index, req, alloc, released, chosen, watts)
     victims = [Victim(v, kept) for i, (v, kept, _) in enumerate(released) if i in chosen]
     return PreemptionPlan(alloc, victims)
+
+
+def _first(option: tuple) -> tuple:
+    return option[0]
 
 
 def _power_victims(

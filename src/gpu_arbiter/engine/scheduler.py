@@ -14,7 +14,7 @@ Finally elastic jobs grow into what is left.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 from sortedcontainers import SortedList
@@ -35,15 +35,16 @@ from gpu_arbiter.domain import (
 )
 from gpu_arbiter.domain.team import check_quotas
 from gpu_arbiter.engine.admission import BudgetRule, QuotaBook, admitted_tier, budget_capped
-from gpu_arbiter.engine.backfill import Reservation, fits_before, reserve
+from gpu_arbiter.engine.backfill import Reservation, expected_free_at, fits_before, reserve
+from gpu_arbiter.engine.borrowing import Borrowing
 from gpu_arbiter.engine.capacity import CapacityIndex
 from gpu_arbiter.engine.config import EngineConfig
-from gpu_arbiter.engine.elastic import grown_allocation, start_sizes
+from gpu_arbiter.engine.elastic import grown_allocation, shrunk_allocation, start_sizes
 from gpu_arbiter.engine.fairshare import FairShare
 from gpu_arbiter.engine.ordering import PendingQueue
 from gpu_arbiter.engine.placement import Request, gpus_to_mask, place
 from gpu_arbiter.engine.policy import Policy, get_policy
-from gpu_arbiter.engine.preemption import PreemptionPlan, plan_preemption
+from gpu_arbiter.engine.preemption import Option, PreemptionPlan, plan_preemption, victim_options
 from gpu_arbiter.engine.sharing import SharedGpus
 from gpu_arbiter.engine.spares import HotSpares
 
@@ -75,6 +76,9 @@ class _Cycle:
     reservations: dict[str, Reservation] = field(default_factory=dict)
     failed: dict[tuple, int] = field(default_factory=dict)
     preempt_failed: dict[tuple, int] = field(default_factory=dict)
+    victims: dict[tuple, list[Option]] = field(default_factory=dict)  # `_victim_groups`
+    dry_runs: dict[tuple, tuple[int, bool]] = field(default_factory=dict)
+    shadows: dict[tuple[str, int], tuple[int, float]] = field(default_factory=dict)
     attempts: int = 0
     preempted: int = 0
     high_power: dict[int, int] = field(default_factory=dict)
@@ -118,13 +122,15 @@ class Scheduler:
         self.borrowed_by_type: dict[str, dict[str, Job]] = {t: {} for t in capacity}
         # Running jobs by expected end (walltime estimate), for backfill reservations.
         self.ends_by_type: dict[str, SortedList] = {t: SortedList() for t in capacity}
-        self.team_jobs: dict[tuple[str, str], dict[str, Job]] = {}  # running, by team and type
+        # Running jobs by team and type, in the order they fill the team's quota (S2).
+        self.team_jobs: dict[tuple[str, str], Borrowing] = {}
         self.elastic_running: dict[str, Job] = {}
         self.node_jobs: list[set[str]] = [set() for _ in cluster.nodes]
         self.holds: dict[str, Hold] = {}
         self.hold_of: dict[str, str] = {}  # victim id -> id of the job holding GPUs for it
         self.pending_stops: dict[str, Preempt] = {}
         self._decisions: list[Decision] = []
+        self._ctx = _Cycle()  # the cycle in progress (or the last one)
         # Incremental cycles (see `_fresh_order`): whether capacity was freed since the last
         # cycle, the jobs queued since, and what the last full walk reserved and found blocked.
         self._dirty = True
@@ -136,11 +142,27 @@ class Scheduler:
         self._max_gang: dict[tuple[str, int | None], int] = {}
         self._types: dict[str, list[str]] = {}
         self._max_domain: dict[str, int] = {}
+        self._power_coupled = self._types_sharing_racks(cluster)
+        # Bumped whenever a type's running set changes, so per-cycle caches know they are stale.
+        self._epoch: dict[str, int] = {t: 0 for t in capacity}
         for n in cluster.nodes:
             if n.gpus:
                 self._max_domain[n.gpu_type] = max(
                     self._max_domain.get(n.gpu_type, 0), n.domain_size
                 )
+
+    @staticmethod
+    def _types_sharing_racks(cluster: Cluster) -> dict[str, set[str]]:
+        """For each GPU type, the types whose nodes share a rack (and so a power cap) with it."""
+        by_rack: dict[str, set[str]] = {}
+        for n in cluster.nodes:
+            if n.gpus:
+                by_rack.setdefault(n.rack, set()).add(n.gpu_type)
+        coupled: dict[str, set[str]] = {}
+        for types in by_rack.values():
+            for t in types:
+                coupled.setdefault(t, set()).update(types)
+        return coupled
 
     # -- what drivers report ---------------------------------------------------------------
 
@@ -210,6 +232,7 @@ class Scheduler:
             return []
         self.spares.lost(node)
         self.index.set_down(node)
+        self._epoch[self.index.node_type[node]] += 1
         for hold in [h for h in self.holds.values() if node in h.allocation.nodes]:
             self._cancel_hold(hold)
         affected = sorted(self.node_jobs[node], key=lambda j: self.jobs[j].seq)
@@ -247,6 +270,7 @@ class Scheduler:
                 if n == node:
                     busy |= mask
         self.index.set_up(node, busy)
+        self._epoch[self.index.node_type[node]] += 1
         if not busy:
             self.spares.refill(node)
 
@@ -256,7 +280,7 @@ class Scheduler:
         """Decide; the result also carries decisions made since the last cycle by reported
         events (a held job starting when its last victim stopped)."""
         full = self._dirty or not self.policy.incremental
-        ctx = _Cycle()
+        ctx = self._ctx = _Cycle()
         if not full:
             ctx.reservations = {t: replace(r) for t, r in self._reservations.items()}
             ctx.blocked_types = set(self._blocked_types)
@@ -484,32 +508,18 @@ class Scheduler:
             sig = (t, s.tp_size, s.max_racks, s.power_profile, int(job.tier), within, job.team)
             if ctx.preempt_failed.get(sig, math.inf) <= n:
                 continue
-            candidates = [
-                v
-                for v in self.policy.victim_pool(self, job, t, within)
-                if v.id not in self.pending_stops
-                and v.started_at != now  # never undo a start of this very cycle
-                and v.spec.gpu_milli == 1000  # shared GPUs are not freed by one tenant
-                and self._may_yield_to(job, v)
-                and self.policy.may_preempt(self, job, v, within)
-            ]
-            plan = None
-            if candidates:
-                ctx.attempts += 1
-                plan = plan_preemption(
-                    self.index,
-                    self._request(job, t, n),
-                    candidates,
-                    allowed_shrink=lambda v: self.policy.elastic and v.spec.is_elastic,
-                    watts=self._watts,
-                    strategy=self.policy.placement,
-                    now=now,
-                )
+            # Waiting out a tier-2 grace is not worth it when running jobs are expected to free
+            # enough GPUs before the grace would end: then only victims that stop at once (tier
+            # 3, shrinks) are considered, and without them the job waits under a reservation.
+            at_once = self._waiting_beats_grace(job, t, n, now, ctx)
+            if at_once:
+                sig += ("at once",)
+                if ctx.preempt_failed.get(sig, math.inf) <= n:
+                    continue
+            plan = self._plan(job, t, n, within, at_once, now, ctx)
             if plan is None:
                 ctx.preempt_failed[sig] = n
                 continue
-            if self._sooner_by_waiting(job, plan, t, n, now):
-                continue  # another accepted type may have victims that stop at once
             if self.policy.weigh_lost_work and not self._worth_the_lost_work(job, plan, t, n, now):
                 continue
             if deferred is None and self._plan_grace(job, plan) > 0:
@@ -523,6 +533,100 @@ class Scheduler:
             self._execute(job, deferred[0], deferred[1], now, ctx)
             return True
         return False
+
+    def can_preempt_at_once(self, job: Job, gpu_type: str, n: int, now: float) -> bool:
+        """Whether a plan exists now whose victims stop (or shrink) at once and that is worth
+        their lost work, by the preemption step's own rules (a dry run for policies, see
+        `engine.typechoice`; changes nothing). Remembered for the cycle while the type's
+        running set stays the same."""
+        ctx = self._ctx
+        if not self.policy.preemption or not self.policy.may_have_victims(self, job, gpu_type):
+            return False
+        if not self._admissible(job, gpu_type, n):
+            return False
+        within = self.quota.within(job.team, gpu_type, n, job.tier)
+        s = job.spec
+        key = (gpu_type, n, s.tp_size, s.max_racks, s.power_profile, int(job.tier), within)
+        key += (job.team, s.kind)
+        hit = ctx.dry_runs.get(key)
+        if hit is not None and hit[0] == self._epoch[gpu_type]:
+            return hit[1]
+        plan = self._plan(job, gpu_type, n, within, True, now, ctx, count=False)
+        ok = plan is not None and self._plan_grace(job, plan) == 0
+        if ok and self.policy.weigh_lost_work:
+            ok = self._worth_the_lost_work(job, plan, gpu_type, n, now)
+        ctx.dry_runs[key] = (self._epoch[gpu_type], ok)
+        return ok
+
+    def _plan(
+        self,
+        job: Job,
+        t: str,
+        n: int,
+        within: bool,
+        at_once: bool,
+        now: float,
+        ctx: _Cycle,
+        count: bool = True,
+    ) -> PreemptionPlan | None:
+        """The cheapest preemption plan for `n` GPUs of type `t` for the job, or None (changes
+        nothing). `at_once`: only victims that stop (or shrink) without a grace. `count`: the
+        search counts towards the cycle's `max_preemption_attempts`."""
+        pending, policy = self.pending_stops, self.policy
+        allowed = (
+            o
+            for group in self._victim_groups(job, t, within, at_once, now, ctx)
+            for o in group
+            if o[1].allocation is o[4]  # not stopped or resized since the list was made
+            and o[1].borrowed == o[5]
+            and o[1].id not in pending
+            and self._may_yield_to(job, o[1])
+            and policy.may_preempt(self, job, o[1], within)
+        )
+        ctx.attempts += count
+        return plan_preemption(
+            self.index, self._request(job, t, n), allowed, self._watts, policy.placement
+        )
+
+    def _victim_groups(
+        self, job: Job, t: str, within: bool, at_once: bool, now: float, ctx: _Cycle
+    ) -> Iterator[list[Option]]:
+        """The victim options of type `t` worth testing for the job, in cost order: elastic
+        jobs that can shrink, then stops by tier, lowest tier first (only the tiers the policy
+        may take from; none that waits out a grace when `at_once`). Each list is sorted once
+        per cycle, when first needed: every plan of the cycle walks the same lists, taking
+        only options still current, so a plan needing a few victims looks at a few."""
+        tiers = self.policy.victim_tiers(job, within)
+        if self.policy.elastic and self.elastic_running:
+            yield self._victim_list(ctx, t, "shrink", now)
+        for k in tiers:
+            if at_once and self._grace_of_tier(k, job) > 0:
+                continue
+            if self.running_by_tier[(t, k)]:
+                yield self._victim_list(ctx, t, k, now)
+
+    def _victim_list(self, ctx: _Cycle, t: str, group: int | str, now: float) -> list[Option]:
+        options = ctx.victims.get((t, group))
+        if options is None:
+            if group == "shrink":
+                jobs = (v for v in self.elastic_running.values() if v.allocation.gpu_type == t)
+            else:
+                jobs = (
+                    v
+                    for v in self.running_by_tier[(t, group)].values()
+                    if not (self.policy.elastic and v.spec.is_elastic and shrunk_allocation(v))
+                )
+            ctx.victims[(t, group)] = options = victim_options(
+                (
+                    v
+                    for v in jobs
+                    if v.started_at != now  # never undo a start of this very cycle
+                    and v.spec.gpu_milli == 1000  # shared GPUs are not freed by one tenant
+                ),
+                group == "shrink",
+                now,
+            )
+        return options
 
     def _plan_grace(self, job: Job, plan: PreemptionPlan) -> float:
         """How long the job waits for the plan's victims: the longest grace among them."""
@@ -548,7 +652,7 @@ class Scheduler:
             v = victim.job
             if victim.shrink_to is not None or self._grace(v, job) > 0 or v.rate <= 0:
                 continue
-            lost += (v.progress_s - v.saved_progress(now)) / v.rate * v.gpu_share
+            lost += v.unsaved_at(now) / v.rate * v.gpu_share
         if lost <= 0:
             return True
         # Free GPUs that already suffice in number are blocked by topology or power: only
@@ -561,24 +665,41 @@ class Scheduler:
             return wait > self.cfg.queue_target_s[0]
         return lost <= wait * n
 
-    def _sooner_by_waiting(
-        self, job: Job, plan: PreemptionPlan, gpu_type: str, n: int, now: float
+    def _waiting_beats_grace(
+        self, job: Job, gpu_type: str, n: int, now: float, ctx: _Cycle
     ) -> bool:
-        """A plan that must wait out a tier-2 grace is not worth it when running jobs are
-        expected to free enough GPUs before the grace would end: the job then waits for them
-        under a reservation instead of interrupting anyone."""
-        grace = self._plan_grace(job, plan)
-        if grace <= 0:
+        """Whether running jobs are expected (by walltime estimates) to free `n` GPUs of the
+        type before a tier-2 victim's grace would end."""
+        if job.spec.kind == JobKind.INFERENCE or not self.policy.tiers:
+            return False  # victims of these stop at once anyway (`_grace`)
+        grace = self.cfg.tier2_grace_s
+        if grace <= 0 or not (
+            self.running_by_tier[(gpu_type, 2)] or self.borrowed_by_type[gpu_type]
+        ):
             return False
-        ends = ((end, self.running[j].gpus_held) for end, _, j in self.ends_by_type[gpu_type])
-        res = reserve(job, gpu_type, n, self.index.type_free[gpu_type], ends, now)
-        return res.shadow_time <= now + grace
+        return self.shadow_time(gpu_type, n, now) <= now + grace
+
+    def shadow_time(self, gpu_type: str, n: int, now: float) -> float:
+        """When `n` GPUs of the type are expected to be free, by the running jobs' walltime
+        estimates (EASY, `engine.backfill.reserve`); remembered while the type is unchanged."""
+        key = (gpu_type, n)
+        cached = self._ctx.shadows.get(key)
+        if cached is None or cached[0] != self._epoch[gpu_type]:
+            ends = ((e, self.running[j].gpus_held) for e, _, j in self.ends_by_type[gpu_type])
+            free = self.index.type_free[gpu_type]
+            shadow = expected_free_at(n, free, ends, now)[0]
+            cached = self._ctx.shadows[key] = (self._epoch[gpu_type], shadow)
+        return cached[1]
 
     def _execute(
         self, job: Job, plan: PreemptionPlan, within: bool, now: float, ctx: _Cycle
     ) -> None:
-        ctx.failed.clear()
-        ctx.preempt_failed.clear()
+        # Freed GPUs and rack power can make what failed on this type (or on a type sharing
+        # its racks' power caps) succeed now; what failed on other types still fails.
+        coupled = self._power_coupled[plan.allocation.gpu_type]
+        for memo in (ctx.failed, ctx.preempt_failed):
+            for sig in [s for s in memo if s[0] in coupled]:
+                del memo[sig]
         waiting: set[str] = set()
         for victim in plan.victims:
             v = victim.job
@@ -609,8 +730,11 @@ class Scheduler:
             self._start(job, plan.allocation, now)
 
     def _grace(self, victim: Job, job: Job) -> float:
+        return self._grace_of_tier(victim.tier, job)
+
+    def _grace_of_tier(self, tier: int, job: Job) -> float:
         """Tier 3 stops at once, tier 2 gets notice; an inference surge cannot wait (S9)."""
-        if not self.policy.tiers or victim.tier == Tier.EXPLORATORY:
+        if not self.policy.tiers or tier == Tier.EXPLORATORY:
             return 0.0
         if job.spec.kind == JobKind.INFERENCE:
             return 0.0
@@ -688,6 +812,7 @@ class Scheduler:
             else:
                 self.index.take(node, gpus_to_mask(gpus), w)
             self.node_jobs[node].add(job.id)
+        self._epoch[t] += 1
         job.allocation = alloc
         job.state = JobState.RUNNING
         job.speed = self.speed(job, t)
@@ -703,17 +828,18 @@ class Scheduler:
         self.running[job.id] = job
         self.running_by_type[t][job.id] = job
         self.running_by_tier[(t, int(job.tier))][job.id] = job
-        self.team_jobs.setdefault((job.team, t), {})[job.id] = job
+        changed = self._borrowing(job.team, t).add(job)
         if job.spec.is_elastic and self.policy.elastic:
             self.elastic_running[job.id] = job
         self.queue.remove(job)
-        self._rebalance(job.team, t)
+        self._rebalance(job.team, t, changed)
         self._decisions.append(Start(job.id, alloc, job.borrowed))
 
     def _release(self, job: Job) -> None:
         self._dirty = True
         alloc = job.allocation
         t = alloc.gpu_type
+        self._epoch[t] += 1
         w = self._watts(job)
         milli = job.spec.gpu_milli
         for node, gpus in alloc.slots:
@@ -729,32 +855,36 @@ class Scheduler:
         del self.running_by_tier[(t, int(job.tier))][job.id]
         self.ends_by_type[t].remove((job.expected_end_at, job.seq, job.id))
         self.borrowed_by_type[t].pop(job.id, None)
-        del self.team_jobs[(job.team, t)][job.id]
+        changed = self.team_jobs[(job.team, t)].remove(job)
         self.elastic_running.pop(job.id, None)
         job.allocation = None
         job.borrowed = False
         job.preempting = False
         job.started_at = None
-        self._rebalance(job.team, t)
+        self._rebalance(job.team, t, changed)
 
-    def _rebalance(self, team: str, gpu_type: str) -> None:
-        """Fill the team's quota with its running jobs by tier, then age; the rest borrow (S2)."""
+    def _borrowing(self, team: str, gpu_type: str) -> Borrowing:
+        key = (team, gpu_type)
+        book = self.team_jobs.get(key)
+        if book is None:
+            book = self.team_jobs[key] = Borrowing(self.quota.limit(team, gpu_type))
+        return book
+
+    def _rebalance(self, team: str, gpu_type: str, changed: list[Job]) -> None:
+        """Apply what a start, stop or resize changed in who runs on borrowed capacity (S2)."""
         if not self.policy.quotas:
             return
-        room = self.quota.limit(team, gpu_type)
-        tier1_excess = 0
-        jobs = self.team_jobs.get((team, gpu_type), {})
-        for job in sorted(jobs.values(), key=lambda j: (j.tier, j.seq)):
-            held = job.gpus_held
-            if job.tier == Tier.CORE:
-                tier1_excess += max(0, held - room)
-            job.borrowed = held > room
+        book = self.team_jobs[(team, gpu_type)]
+        borrowed = self.borrowed_by_type[gpu_type]
+        for job in changed:
+            if job.allocation is None:
+                continue
+            job.borrowed = book.borrowed(job)
             if job.borrowed:
-                self.borrowed_by_type[gpu_type][job.id] = job
+                borrowed[job.id] = job
             else:
-                self.borrowed_by_type[gpu_type].pop(job.id, None)
-            room = max(0, room - held)
-        self.quota.tier1_excess[(team, gpu_type)] = tier1_excess
+                borrowed.pop(job.id, None)
+        self.quota.tier1_excess[(team, gpu_type)] = book.tier1_excess
 
     def _stop(self, job: Job, now: float, keep_all: bool, demote: bool = False) -> None:
         """Stop a running job and queue it again with the progress its checkpoint kept."""
@@ -787,13 +917,17 @@ class Scheduler:
         for node in alloc.nodes:
             self.node_jobs[node].add(job.id)
         t = alloc.gpu_type
+        self._epoch[t] += 1
         self.quota.add(job.team, t, job.tier, alloc.gpus - old.gpus)
         self.fair.add(job.team, t, alloc.gpus - old.gpus)
         self.ends_by_type[t].remove((job.expected_end_at, job.seq, job.id))
+        book = self.team_jobs[(job.team, t)]
+        changed = book.remove(job)
         job.allocation = alloc
+        changed += book.add(job)
         job.begin_segment(now)
         self.ends_by_type[t].add((job.expected_end_at, job.seq, job.id))
-        self._rebalance(job.team, t)
+        self._rebalance(job.team, t, changed)
         self._decisions.append(Resize(job.id, alloc, reason))
 
     def _hold(self, job: Job, alloc: Allocation, waiting: set[str]) -> None:
@@ -803,6 +937,7 @@ class Scheduler:
         self._take_free_part(hold)
 
     def _take_free_part(self, hold: Hold) -> None:
+        self._epoch[hold.allocation.gpu_type] += 1
         w = self._watts(hold.job, hold.allocation.gpu_type)
         for node, gpus in hold.allocation.slots:
             mask = gpus_to_mask(gpus) & self.index.free_mask[node]
@@ -833,6 +968,7 @@ class Scheduler:
 
     def _give_back(self, hold: Hold) -> None:
         self._dirty = True
+        self._epoch[hold.allocation.gpu_type] += 1
         w = self._watts(hold.job, hold.allocation.gpu_type)
         for node, mask in hold.held:
             self.index.give(node, mask, w)

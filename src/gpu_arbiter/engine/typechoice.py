@@ -26,8 +26,6 @@ import math
 from typing import TYPE_CHECKING
 
 from gpu_arbiter.domain import Job
-from gpu_arbiter.engine.backfill import reserve
-from gpu_arbiter.engine.preemption import plan_preemption
 
 if TYPE_CHECKING:
     from gpu_arbiter.engine.scheduler import Scheduler
@@ -35,50 +33,14 @@ if TYPE_CHECKING:
 SLACK = 1.1  # a type within 10 % of the best eta is as good as the best
 
 
-def can_preempt_for(sched: Scheduler, job: Job, gpu_type: str, n: int, now: float) -> bool:
-    """Whether a preemption plan on `gpu_type` exists for the job now, by the same victim rules
-    and lost-work weighing the scheduler's preemption step uses (a dry run: nothing changes)."""
-    if not sched.policy.preemption or not sched.policy.may_have_victims(sched, job, gpu_type):
-        return False
-    if not sched._admissible(job, gpu_type, n):
-        return False
-    within = sched.quota.within(job.team, gpu_type, n, job.tier)
-    candidates = [
-        v
-        for v in sched.policy.victim_pool(sched, job, gpu_type, within)
-        if v.id not in sched.pending_stops
-        and v.started_at != now
-        and v.spec.gpu_milli == 1000
-        and sched._may_yield_to(job, v)
-        and sched.policy.may_preempt(sched, job, v, within)
-    ]
-    if not candidates or sum(v.gpus_held for v in candidates) + sched.index.type_free[gpu_type] < n:
-        return False
-    plan = plan_preemption(
-        sched.index,
-        sched._request(job, gpu_type, n),
-        candidates,
-        allowed_shrink=lambda v: sched.policy.elastic and v.spec.is_elastic,
-        watts=sched._watts,
-        strategy=sched.policy.placement,
-        now=now,
-    )
-    if plan is None or sched._plan_grace(job, plan) > 0:
-        return False
-    return not sched.policy.weigh_lost_work or sched._worth_the_lost_work(
-        job, plan, gpu_type, n, now
-    )
-
-
 def wait_for(sched: Scheduler, job: Job, gpu_type: str, n: int, now: float) -> tuple[float, bool]:
     """(expected wait, whether it comes from preempting) for `n` GPUs of `gpu_type`."""
     free = sched.index.type_free[gpu_type]
     if free >= n:
         return 0.0, False
-    if can_preempt_for(sched, job, gpu_type, n, now):
+    if sched.can_preempt_at_once(job, gpu_type, n, now):
         return 0.0, True
-    ends = ((end, sched.running[j].gpus_held) for end, _, j in sched.ends_by_type[gpu_type])
-    return reserve(job, gpu_type, n, free, ends, now).shadow_time - now, False
+    return sched.shadow_time(gpu_type, n, now) - now, False
 
 
 def patient_types(sched: Scheduler, job: Job, types: list[str], now: float) -> list[str]:

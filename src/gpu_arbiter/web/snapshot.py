@@ -234,9 +234,9 @@ def _teams(loop: ControlLoop, now: float) -> tuple[TeamState, ...]:
     for name, team in sorted(loop.teams.items()):
         used: dict[str, int] = {}
         if sched is not None:
-            for (t_name, gpu_type), jobs in sched.team_jobs.items():
-                if t_name == name and jobs:
-                    used[gpu_type] = sum(j.gpus_held for j in jobs.values())
+            for (t_name, gpu_type), book in sched.team_jobs.items():
+                if t_name == name and book.jobs:
+                    used[gpu_type] = sum(j.gpus_held for j in book.jobs.values())
         remaining = budgets.remaining(name, now)
         out.append(
             TeamState(

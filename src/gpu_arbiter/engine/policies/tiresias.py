@@ -42,8 +42,8 @@ class TiresiasPolicy(Policy):
     def may_preempt(self, sched, job: Job, victim: Job, within_quota: bool) -> bool:
         return queue_of(victim) > queue_of(job)
 
-    def victim_pool(self, sched, job: Job, gpu_type: str, within_quota: bool):
-        return sched.running_by_type[gpu_type].values()
+    def victim_tiers(self, job: Job, within_quota: bool) -> tuple[int, ...]:
+        return (3, 2, 1)
 
     def may_have_victims(self, sched, job: Job, gpu_type: str) -> bool:
         return bool(sched.running_by_type[gpu_type])
