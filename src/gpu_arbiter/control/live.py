@@ -65,4 +65,5 @@ class LiveScheduler(Scheduler):
             self.index.take(node, mask, w)
         if fits:
             job.allocation = allocation
+            self._changed(allocation.gpu_type, freed=True)  # for the engine's search caches
         return fits

@@ -41,6 +41,7 @@ from gpu_arbiter.engine.capacity import CapacityIndex
 from gpu_arbiter.engine.config import EngineConfig
 from gpu_arbiter.engine.elastic import grown_allocation, shrunk_allocation, start_sizes
 from gpu_arbiter.engine.fairshare import FairShare
+from gpu_arbiter.engine.memo import FailureMemo
 from gpu_arbiter.engine.ordering import PendingQueue
 from gpu_arbiter.engine.placement import Request, gpus_to_mask, place
 from gpu_arbiter.engine.policy import Policy, get_policy
@@ -74,8 +75,6 @@ class Hold:
 @dataclass(slots=True)
 class _Cycle:
     reservations: dict[str, Reservation] = field(default_factory=dict)
-    failed: dict[tuple, int] = field(default_factory=dict)
-    preempt_failed: dict[tuple, int] = field(default_factory=dict)
     victims: dict[tuple, list[Option]] = field(default_factory=dict)  # `_victim_groups`
     dry_runs: dict[tuple, tuple[int, bool]] = field(default_factory=dict)
     shadows: dict[tuple[str, int], tuple[int, float]] = field(default_factory=dict)
@@ -85,6 +84,7 @@ class _Cycle:
     blocked_types: set[str] = field(default_factory=set)
     stranded_types: set[str] = field(default_factory=set)
     stop: bool = False
+    timely: bool = False  # the job being looked at met a rule that can change with time alone
     retry: bool = False  # a per-cycle limit (power stagger) held a job back: look again next cycle
 
 
@@ -145,6 +145,14 @@ class Scheduler:
         self._power_coupled = self._types_sharing_racks(cluster)
         # Bumped whenever a type's running set changes, so per-cycle caches know they are stale.
         self._epoch: dict[str, int] = {t: 0 for t in capacity}
+        self._freed: dict[str, int] = {t: 0 for t in capacity}  # bumped when GPUs free up
+        self._starts: dict[str, int] = {t: 0 for t in capacity}
+        self._starts_now: dict[str, tuple[float, int]] = {}  # starts at the latest start time
+        self._flips: dict[str, int] = {t: 0 for t in capacity}  # borrowed flags changed
+        self._blocked: dict[str, tuple] = {}  # job id -> `_blocked_stamp` of its last failure
+        self._started_at: float | None = None  # when a job last started (a victim after that)
+        self._place_failed = FailureMemo()
+        self._preempt_failed = FailureMemo()
         for n in cluster.nodes:
             if n.gpus:
                 self._max_domain[n.gpu_type] = max(
@@ -220,6 +228,7 @@ class Scheduler:
             self.pending_stops.pop(job_id, None)
             self._victim_gone(job_id, now)
         self.queue.remove(job)
+        self._blocked.pop(job.id, None)
         job.state = JobState.CANCELLED
         job.finished_at = now
         return job
@@ -232,7 +241,7 @@ class Scheduler:
             return []
         self.spares.lost(node)
         self.index.set_down(node)
-        self._epoch[self.index.node_type[node]] += 1
+        self._changed(self.index.node_type[node], freed=False)
         for hold in [h for h in self.holds.values() if node in h.allocation.nodes]:
             self._cancel_hold(hold)
         affected = sorted(self.node_jobs[node], key=lambda j: self.jobs[j].seq)
@@ -253,7 +262,9 @@ class Scheduler:
     def reserve_spares(self, names: Iterable[str]) -> None:
         """Hold these (wholly free) nodes back as hot spares (F2, see `engine.spares`)."""
         for name in names:
-            self.spares.reserve(self.cluster.node(name).index)
+            node = self.cluster.node(name).index
+            self.spares.reserve(node)
+            self._changed(self.index.node_type[node], freed=False)
 
     def node_up(self, name: str, now: float) -> None:
         node = self.cluster.node(name).index
@@ -270,7 +281,7 @@ class Scheduler:
                 if n == node:
                     busy |= mask
         self.index.set_up(node, busy)
-        self._epoch[self.index.node_type[node]] += 1
+        self._changed(self.index.node_type[node], freed=True)
         if not busy:
             self.spares.refill(node)
 
@@ -279,7 +290,11 @@ class Scheduler:
     def cycle(self, now: float) -> CycleResult:
         """Decide; the result also carries decisions made since the last cycle by reported
         events (a held job starting when its last victim stopped)."""
-        full = self._dirty or not self.policy.incremental
+        # Jobs started at an earlier time are victims now that were none then.
+        new_victims = self._started_at is not None and now > self._started_at
+        full = self._dirty or not self.policy.incremental or new_victims
+        if new_victims:
+            self._started_at = None
         ctx = self._ctx = _Cycle()
         if not full:
             ctx.reservations = {t: replace(r) for t, r in self._reservations.items()}
@@ -410,8 +425,14 @@ class Scheduler:
         return slower + [t for t in types if t not in slower]
 
     def _try_start(self, job: Job, now: float, ctx: _Cycle) -> bool:
+        blocked = self._blocked.get(job.id)
+        if blocked is not None and self._still_blocked(job, blocked, now, ctx):
+            return False
+        ctx.timely = False
         spec = job.spec
         types = self._candidate_types(job)
+        if len(types) < len(self.types_by_speed(job)):
+            ctx.timely = True  # the policy held some types back, for now (engine.typechoice)
         sizes = start_sizes(spec, self.policy.elastic)
         free = self.index.type_free
         # Nothing to place on when no accepted type has enough whole free GPUs (the common case
@@ -432,11 +453,12 @@ class Scheduler:
                     spec.data_locality,
                     spec.gpu_milli,
                 )
-                if ctx.failed.get(sig, math.inf) <= n:
+                stamp = self._stamp(t)
+                if self._place_failed.failed(sig, n, stamp):
                     continue
                 alloc = self._find(job, t, n)
                 if alloc is None:
-                    ctx.failed[sig] = n
+                    self._place_failed.record(sig, n, stamp)
                     continue
                 if not self._power_stagger_ok(job, alloc, ctx):
                     continue
@@ -456,7 +478,40 @@ class Scheduler:
             t = types[0]
             ends = ((end, self.running[j].gpus_held) for end, _, j in self.ends_by_type[t])
             ctx.reservations[t] = reserve(job, t, sizes[-1], self.index.type_free[t], ends, now)
+        if self.policy.incremental and not ctx.timely:
+            self._blocked[job.id] = self._blocked_stamp(job, now)
         return False
+
+    def _blocked_stamp(self, job: Job, now: float) -> tuple:
+        """Everything a failed `_try_start` of the job looked at that can change without time
+        passing: its tier and, per accepted type (and the types sharing its racks' power), every
+        start, stop, resize, hold, fault and repair; jobs started at `now` count once `now` has
+        passed (they are no victims in their first cycle)."""
+        stamp: list = [int(job.tier)]
+        for t in self.types_by_speed(job):
+            at, k = self._starts_now.get(t, (None, 0))
+            coupled = sum(self._epoch[u] for u in self._power_coupled[t])
+            stamp.append((coupled, k if at == now else 0))
+        return tuple(stamp)
+
+    def _still_blocked(self, job: Job, stamp: tuple, now: float, ctx: _Cycle) -> bool:
+        """Whether the job failed to start (or preempt) under the same state before: then it
+        fails again, as every rule it went through depends only on that state or, for backfill,
+        only gets stricter with time. Decisions that can change with time alone (lost work
+        weighed against a wait, a policy holding types back, a staggered start) are never
+        remembered. It still counts as blocked on its types, and a type without a reservation
+        yet gets its reservation from a full look."""
+        types = self.types_by_speed(job)
+        if self.policy.backfill == "reserve" and any(t not in ctx.reservations for t in types):
+            return False
+        if self._blocked_stamp(job, now) != stamp:
+            return False
+        n = job.spec.elastic_range[0]
+        for t in types:
+            ctx.blocked_types.add(t)
+            if self.index.type_free[t] >= n:
+                ctx.stranded_types.add(t)
+        return True
 
     def _admissible(self, job: Job, gpu_type: str, n: int) -> bool:
         """Tier-1 jobs cannot be preempted, so they may borrow only from the unowned pool."""
@@ -490,7 +545,7 @@ class Scheduler:
         racks = {self.index.node_rack[n] for n in alloc.nodes}
         limit = self.cfg.high_power_starts_per_rack
         if any(ctx.high_power.get(r, 0) >= limit for r in racks):
-            ctx.retry = True
+            ctx.retry = ctx.timely = True
             return False
         for r in racks:
             ctx.high_power[r] = ctx.high_power.get(r, 0) + 1
@@ -500,13 +555,16 @@ class Scheduler:
         deferred: tuple[PreemptionPlan, bool] | None = None
         for t in types:
             if ctx.attempts >= self.cfg.max_preemption_attempts:
+                ctx.timely = True  # not looked at: the next cycle must
                 return False
             if not self._admissible(job, t, n) or not self.policy.may_have_victims(self, job, t):
                 continue
             within = self.quota.within(job.team, t, n, job.tier)
             s = job.spec
             sig = (t, s.tp_size, s.max_racks, s.power_profile, int(job.tier), within, job.team)
-            if ctx.preempt_failed.get(sig, math.inf) <= n:
+            sig += (s.kind,)
+            stamp = self._preempt_stamp(t, now)
+            if self._preempt_failed.failed(sig, n, stamp):
                 continue
             # Waiting out a tier-2 grace is not worth it when running jobs are expected to free
             # enough GPUs before the grace would end: then only victims that stop at once (tier
@@ -514,13 +572,14 @@ class Scheduler:
             at_once = self._waiting_beats_grace(job, t, n, now, ctx)
             if at_once:
                 sig += ("at once",)
-                if ctx.preempt_failed.get(sig, math.inf) <= n:
+                if self._preempt_failed.failed(sig, n, stamp):
                     continue
             plan = self._plan(job, t, n, within, at_once, now, ctx)
             if plan is None:
-                ctx.preempt_failed[sig] = n
+                self._preempt_failed.record(sig, n, stamp)
                 continue
             if self.policy.weigh_lost_work and not self._worth_the_lost_work(job, plan, t, n, now):
+                ctx.timely = True  # the victims' unsaved work and the wait change with time
                 continue
             if deferred is None and self._plan_grace(job, plan) > 0:
                 deferred = (plan, within)  # a plan that starts at once, on another type, first
@@ -665,6 +724,34 @@ class Scheduler:
             return wait > self.cfg.queue_target_s[0]
         return lost <= wait * n
 
+    def _changed(self, gpu_type: str, freed: bool) -> None:
+        """Note a change of the type's running set or free GPUs, for the caches that depend on
+        them (shadow times, dry runs) and, when GPUs were freed, for the failure memos."""
+        self._epoch[gpu_type] += 1
+        if freed:
+            self._freed[gpu_type] += 1
+
+    def _count_start(self, gpu_type: str, now: float) -> None:
+        self._starts[gpu_type] += 1
+        at, k = self._starts_now.get(gpu_type, (None, 0))
+        self._starts_now[gpu_type] = (now, k + 1 if at == now else 1)
+
+    def _stamp(self, gpu_type: str) -> int:
+        """What a placement search on the type depends on that can make it succeed later (see
+        `engine.memo`): GPUs and rack power freed on it or on a type sharing its racks' power
+        caps. Counters only grow, so their sum changes with any of them."""
+        return sum(self._freed[t] for t in self._power_coupled[gpu_type])
+
+    def _preempt_stamp(self, gpu_type: str, now: float) -> tuple:
+        """As `_stamp`, plus what can give a preemption search more victims: jobs started on
+        the type before `now` (those started at `now` are no victims yet) and changed borrowed
+        flags. A policy whose order changes with time (attained service) may also change whom
+        it lets preempt whom, so its failures last one cycle."""
+        at, k = self._starts_now.get(gpu_type, (None, 0))
+        started = self._starts[gpu_type] - (k if at == now else 0)
+        clock = None if self.policy.incremental else now
+        return (self._stamp(gpu_type), started, self._flips[gpu_type], clock)
+
     def _waiting_beats_grace(
         self, job: Job, gpu_type: str, n: int, now: float, ctx: _Cycle
     ) -> bool:
@@ -694,12 +781,6 @@ class Scheduler:
     def _execute(
         self, job: Job, plan: PreemptionPlan, within: bool, now: float, ctx: _Cycle
     ) -> None:
-        # Freed GPUs and rack power can make what failed on this type (or on a type sharing
-        # its racks' power caps) succeed now; what failed on other types still fails.
-        coupled = self._power_coupled[plan.allocation.gpu_type]
-        for memo in (ctx.failed, ctx.preempt_failed):
-            for sig in [s for s in memo if s[0] in coupled]:
-                del memo[sig]
         waiting: set[str] = set()
         for victim in plan.victims:
             v = victim.job
@@ -812,7 +893,10 @@ class Scheduler:
             else:
                 self.index.take(node, gpus_to_mask(gpus), w)
             self.node_jobs[node].add(job.id)
-        self._epoch[t] += 1
+        self._changed(t, freed=False)
+        self._count_start(t, now)
+        if self.policy.preemption and job.tier != Tier.CORE:
+            self._started_at = now  # tier 1 is never a victim (S1)
         job.allocation = alloc
         job.state = JobState.RUNNING
         job.speed = self.speed(job, t)
@@ -832,6 +916,7 @@ class Scheduler:
         if job.spec.is_elastic and self.policy.elastic:
             self.elastic_running[job.id] = job
         self.queue.remove(job)
+        self._blocked.pop(job.id, None)
         self._rebalance(job.team, t, changed)
         self._decisions.append(Start(job.id, alloc, job.borrowed))
 
@@ -839,7 +924,7 @@ class Scheduler:
         self._dirty = True
         alloc = job.allocation
         t = alloc.gpu_type
-        self._epoch[t] += 1
+        self._changed(t, freed=True)
         w = self._watts(job)
         milli = job.spec.gpu_milli
         for node, gpus in alloc.slots:
@@ -879,7 +964,9 @@ class Scheduler:
         for job in changed:
             if job.allocation is None:
                 continue
-            job.borrowed = book.borrowed(job)
+            was, job.borrowed = job.borrowed, book.borrowed(job)
+            if was != job.borrowed:
+                self._flips[gpu_type] += 1
             if job.borrowed:
                 borrowed[job.id] = job
             else:
@@ -917,7 +1004,7 @@ class Scheduler:
         for node in alloc.nodes:
             self.node_jobs[node].add(job.id)
         t = alloc.gpu_type
-        self._epoch[t] += 1
+        self._changed(t, freed=True)
         self.quota.add(job.team, t, job.tier, alloc.gpus - old.gpus)
         self.fair.add(job.team, t, alloc.gpus - old.gpus)
         self.ends_by_type[t].remove((job.expected_end_at, job.seq, job.id))
@@ -934,10 +1021,11 @@ class Scheduler:
         hold = Hold(job, alloc, waiting)
         self.holds[job.id] = hold
         self.queue.remove(job)
+        self._blocked.pop(job.id, None)
         self._take_free_part(hold)
 
     def _take_free_part(self, hold: Hold) -> None:
-        self._epoch[hold.allocation.gpu_type] += 1
+        self._changed(hold.allocation.gpu_type, freed=False)
         w = self._watts(hold.job, hold.allocation.gpu_type)
         for node, gpus in hold.allocation.slots:
             mask = gpus_to_mask(gpus) & self.index.free_mask[node]
@@ -968,7 +1056,7 @@ class Scheduler:
 
     def _give_back(self, hold: Hold) -> None:
         self._dirty = True
-        self._epoch[hold.allocation.gpu_type] += 1
+        self._changed(hold.allocation.gpu_type, freed=True)
         w = self._watts(hold.job, hold.allocation.gpu_type)
         for node, mask in hold.held:
             self.index.give(node, mask, w)
