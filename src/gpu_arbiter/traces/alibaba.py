@@ -39,6 +39,7 @@ from gpu_arbiter.traces.base import (
     as_int,
     check_columns,
     csv_rows,
+    gpu_count,
 )
 from gpu_arbiter.traces.hardware import A10, P100, T4, V100M16, V100M32, pack_cluster
 
@@ -78,11 +79,9 @@ class AlibabaReader(TraceReader):
         return lambda rep: csv_rows(path, rep, _REQUIRED)
 
     def parse(self, row: int, record: Any) -> TraceRecord | Skip:
-        num_gpu = as_int(record["num_gpu"], "num_gpu")
-        if num_gpu < 0:
-            raise BadField("num_gpu", f"must be >= 0, got {num_gpu}")
-        if num_gpu == 0:
-            return Skip("cpu_only")
+        num_gpu = gpu_count(record, "num_gpu")
+        if isinstance(num_gpu, Skip):
+            return num_gpu
         milli = as_int(record["gpu_milli"], "gpu_milli")
         if not 0 < milli <= 1000 or (milli < 1000 and num_gpu > 1):
             raise BadField("gpu_milli", f"{milli} is not a GPU share for {num_gpu} GPU(s)")

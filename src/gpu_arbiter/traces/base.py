@@ -357,6 +357,22 @@ def unit_hash(seed: int, salt: str, key: str) -> float:
     return int.from_bytes(digest, "big") / 2**64
 
 
+def required_id(record: Mapping[str, Any], field_name: str) -> str:
+    """A record's identifier, stripped; a missing or blank one is a bad row."""
+    value = (record.get(field_name) or "").strip()
+    if not value:
+        raise BadField(field_name, "missing")
+    return value
+
+
+def gpu_count(record: Mapping[str, Any], field_name: str) -> int | Skip:
+    """The GPUs a record asks for; a CPU-only record (0) is skipped, a negative one is bad."""
+    gpus = as_int(record[field_name], field_name)
+    if gpus < 0:
+        raise BadField(field_name, f"must be >= 0, got {gpus}")
+    return Skip("cpu_only") if gpus == 0 else gpus
+
+
 def as_int(raw: str | None, field_name: str) -> int:
     """An integer field; "3.0" is accepted (some exports write integers as floats)."""
     if raw is not None:

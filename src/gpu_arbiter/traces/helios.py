@@ -30,9 +30,10 @@ from gpu_arbiter.traces.base import (
     TraceReader,
     TraceRecord,
     as_float,
-    as_int,
     as_time,
     csv_rows,
+    gpu_count,
+    required_id,
 )
 
 HELIOS_SOURCE_SPEED = GPU_CATALOG["V100"].speed
@@ -49,14 +50,10 @@ class HeliosReader(TraceReader):
         return lambda rep: csv_rows(path, rep, _REQUIRED)
 
     def parse(self, row: int, record: Any) -> TraceRecord | Skip:
-        job_id = record["job_id"].strip()
-        if not job_id:
-            raise BadField("job_id", "missing")
-        gpus = as_int(record["gpu_num"], "gpu_num")
-        if gpus < 0:
-            raise BadField("gpu_num", f"must be >= 0, got {gpus}")
-        if gpus == 0:
-            return Skip("cpu_only")
+        job_id = required_id(record, "job_id")
+        gpus = gpu_count(record, "gpu_num")
+        if isinstance(gpus, Skip):
+            return gpus
         if (record.get("duration") or "").strip():
             run_s = as_float(record["duration"], "duration")
         else:

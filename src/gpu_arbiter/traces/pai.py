@@ -44,6 +44,7 @@ from gpu_arbiter.traces.base import (
     as_float,
     as_int,
     csv_rows,
+    required_id,
 )
 from gpu_arbiter.traces.hardware import P100, T4, V100M32
 
@@ -109,9 +110,7 @@ class PaiReader(TraceReader):
 
     def parse(self, row: int, record: Any) -> TraceRecord | Skip:
         job, tasks = record
-        name = job["job_name"].strip()
-        if not name:
-            raise BadField("job_name", "missing")
+        name = required_id(job, "job_name")
         submit = as_float(job["start_time"], "start_time")
         if tasks is None:
             return Skip("no_tasks")

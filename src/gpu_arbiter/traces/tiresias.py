@@ -30,9 +30,10 @@ from gpu_arbiter.traces.base import (
     TraceReader,
     TraceRecord,
     as_float,
-    as_int,
     check_columns,
     csv_rows,
+    gpu_count,
+    required_id,
 )
 from gpu_arbiter.traces.hardware import P100, pack_cluster
 
@@ -49,14 +50,10 @@ class TiresiasReader(TraceReader):
         return lambda rep: csv_rows(path, rep, _REQUIRED)
 
     def parse(self, row: int, record: Any) -> TraceRecord | Skip:
-        job_id = record["job_id"].strip()
-        if not job_id:
-            raise BadField("job_id", "missing")
-        gpus = as_int(record["num_gpu"], "num_gpu")
-        if gpus < 0:
-            raise BadField("num_gpu", f"must be >= 0, got {gpus}")
-        if gpus == 0:
-            return Skip("cpu_only")
+        job_id = required_id(record, "job_id")
+        gpus = gpu_count(record, "num_gpu")
+        if isinstance(gpus, Skip):
+            return gpus
         submit = as_float(record["submit_time"], "submit_time")
         if submit < 0:
             raise BadField("submit_time", f"must be >= 0, got {submit}")
