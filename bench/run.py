@@ -23,12 +23,14 @@ OUT = Path(__file__).parent / "results"
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--sim-jobs", type=int, help="synthetic jobs for the simulator run")
     args = parser.parse_args()
     console = Console()
     OUT.mkdir(parents=True, exist_ok=True)
     running, pending, cycles, jobs = (
         (500, 1000, 30, 2000) if args.quick else (5000, 10_000, 200, 100_000)
     )
+    jobs = args.sim_jobs or jobs
     with console.status("scheduling cycles on the large preset ..."):
         latency = [cycle_latency(p, running, pending, cycles) for p in ("arbiter", "backfill")]
     with console.status("indexed placement vs a scan ..."):

@@ -45,3 +45,16 @@ def test_the_reserved_job_starts_when_the_running_job_ends():
     sched = busy_node()
     sched.finished("long", 1000.0)
     assert set(starts(cycle(sched, 1000.0))) == {"wide"}
+
+
+def test_a_higher_tier_newcomer_is_not_held_back_by_a_lower_tier_reservation():
+    # "wide" (tier 3) holds the reservation; a tier-2 job arriving later would have been walked
+    # before it, so it may start now even though it ends after the shadow time.
+    sched = Scheduler(cluster({"name": "r0", "nodes": 1}), policy="backfill")
+    sched.submit(job("long", tier=2, gpus=6, duration=1000.0, walltime_s=1000.0), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("wide", tier=3, gpus=8, duration=100.0, walltime_s=100.0), 1.0)
+    cycle(sched, 1.0)
+    cycle(sched, 1.5)  # the full walk gives "wide" its reservation
+    sched.submit(job("urgent", tier=2, gpus=2, duration=5000.0, walltime_s=5000.0), 2.0)
+    assert set(starts(cycle(sched, 2.0))) == {"urgent"}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from itertools import chain
 
 from sortedcontainers import SortedList
 
@@ -326,9 +327,11 @@ class Scheduler:
         if full:
             # Moves onto GPUs the walk left free (engine.migration), within its reservations.
             self.policy.after_walk(self, now, ctx.reservations)
-            self._reservations = {t: replace(r) for t, r in ctx.reservations.items()}
-            self._blocked_types = set(ctx.blocked_types)
-            self._stranded_types = set(ctx.stranded_types)
+        # Kept for the next newcomers-only cycle, with what this one added: a blocked newcomer's
+        # reservation and the extra GPUs backfilled jobs took.
+        self._reservations = {t: replace(r) for t, r in ctx.reservations.items()}
+        self._blocked_types = set(ctx.blocked_types)
+        self._stranded_types = set(ctx.stranded_types)
         if self.policy.elastic:
             self._grow(now, ctx.blocked_types)
         free = self.index.total_free
@@ -442,7 +445,7 @@ class Scheduler:
             for n in sizes:
                 if not self._admissible(job, t, n):
                     continue
-                res = ctx.reservations.get(t)
+                res = self._reservation_over(job, t, ctx)
                 if res is not None and not self._backfill_ok(res, job, t, n, now):
                     continue
                 sig = (
@@ -512,6 +515,19 @@ class Scheduler:
             if self.index.type_free[t] >= n:
                 ctx.stranded_types.add(t)
         return True
+
+    def _reservation_over(self, job: Job, gpu_type: str, ctx: _Cycle) -> Reservation | None:
+        """The backfill reservation the job must not delay on the type. A walk goes tier by
+        tier, so a reservation is only ever made ahead of lower tiers; but a cycle that looks
+        at newcomers only reuses the last walk's reservations, and a tier-1 newcomer must not
+        wait behind the reservation of a tier-2 job it would have been walked before."""
+        res = ctx.reservations.get(gpu_type)
+        if res is None:
+            return None
+        holder = self.jobs.get(res.job_id)
+        if holder is not None and holder.tier > job.tier:
+            return None
+        return res
 
     def _admissible(self, job: Job, gpu_type: str, n: int) -> bool:
         """Tier-1 jobs cannot be preempted, so they may borrow only from the unowned pool."""
@@ -642,9 +658,16 @@ class Scheduler:
             and self._may_yield_to(job, o[1])
             and policy.may_preempt(self, job, o[1], within)
         )
+        first = next(allowed, None)
+        if first is None:
+            return None  # nobody to preempt: not a search that counts towards the cap
         ctx.attempts += count
         return plan_preemption(
-            self.index, self._request(job, t, n), allowed, self._watts, policy.placement
+            self.index,
+            self._request(job, t, n),
+            chain((first,), allowed),
+            self._watts,
+            policy.placement,
         )
 
     def _victim_groups(
