@@ -46,9 +46,7 @@ def clusters(draw: st.DrawFn) -> Shape:
         idle = 1000.0 * count
         cap = idle + powered * g * GPU_CATALOG[t].power_w
         racks.append(Rack(name=f"r{r}", pod=f"p{r // 2}", power_cap_w=cap))
-        nodes += [
-            Node(f"r{r}-n{k}", t, g, f"r{r}", nvlink_domain=domain[t]) for k in range(count)
-        ]
+        nodes += [Node(f"r{r}-n{k}", t, g, f"r{r}", nvlink_domain=domain[t]) for k in range(count)]
         usable[t].append(powered * g)
     cluster = Cluster.build("prop", nodes, racks)
     return Shape(cluster, domain, usable)

@@ -62,7 +62,7 @@ def test_tensor_parallel_groups_never_straddle_nvlink_domains():
     commit(index, Allocation("H100", ((0, (0, 4)),)))  # one GPU busy in each domain
     assert place(index, Request("H100", 4, tp=4)) is None
     alloc = place(index, Request("H100", 4, tp=2))
-    (_, gpus), = alloc.slots
+    ((_, gpus),) = alloc.slots
     assert sorted(g // 4 for g in gpus) == [0, 0, 1, 1]
 
 
@@ -112,9 +112,9 @@ def test_a_job_goes_to_the_racks_that_hold_its_data():
     assert {index.node_rack[n] for n in place(index, Request("H100", 2, locality="eu")).nodes} == {
         1
     }
-    assert {
-        index.node_rack[n] for n in place(index, Request("H100", 12, locality="eu")).nodes
-    } == {1}
+    assert {index.node_rack[n] for n in place(index, Request("H100", 12, locality="eu")).nodes} == {
+        1
+    }
 
 
 def test_spread_places_a_gang_that_is_not_a_multiple_of_the_node_size():

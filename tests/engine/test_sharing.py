@@ -74,9 +74,7 @@ def test_a_fractional_job_holds_only_its_share_of_gpu_time():
 
 
 @settings(max_examples=40, deadline=None)
-@given(
-    ops=st.lists(st.tuples(st.booleans(), st.integers(1, 999), st.integers(0, 40)), max_size=60)
-)
+@given(ops=st.lists(st.tuples(st.booleans(), st.integers(1, 999), st.integers(0, 40)), max_size=60))
 def test_no_gpu_is_ever_booked_past_a_thousand_milli(ops):
     sched = one_node(gpus=2)
     running: list[str] = []
