@@ -123,8 +123,10 @@ def candidate_moves(
             continue  # never: a move is a preemption
         grace = sched.cfg.tier2_grace_s if tier in rules.noticed_tiers else 0.0
         for (gpu_type, k), jobs in sched.running_by_tier.items():
+            if k != tier:
+                continue
             room = max((v for t, v in free.items() if t != gpu_type), default=0)
-            if k != tier or not room:
+            if not room:
                 continue  # nowhere else to go
             for job in jobs.values():
                 n = job.gpus_held

@@ -492,9 +492,7 @@ class Scheduler:
         passed (they are no victims in their first cycle)."""
         stamp: list = [int(job.tier)]
         for t in self.types_by_speed(job):
-            at, k = self._starts_now.get(t, (None, 0))
-            coupled = sum(self._epoch[u] for u in self._power_coupled[t])
-            stamp.append((coupled, k if at == now else 0))
+            stamp.append((self._coupled(self._epoch, t), self._starts_at(t, now)))
         return tuple(stamp)
 
     def _still_blocked(self, job: Job, stamp: tuple, now: float, ctx: _Cycle) -> bool:
@@ -576,9 +574,7 @@ class Scheduler:
             if not self._admissible(job, t, n) or not self.policy.may_have_victims(self, job, t):
                 continue
             within = self.quota.within(job.team, t, n, job.tier)
-            s = job.spec
-            sig = (t, s.tp_size, s.max_racks, s.power_profile, int(job.tier), within, job.team)
-            sig += (s.kind,)
+            sig = self._preempt_sig(job, t, within)
             stamp = self._preempt_stamp(t, now)
             if self._preempt_failed.failed(sig, n, stamp):
                 continue
@@ -609,6 +605,14 @@ class Scheduler:
             return True
         return False
 
+    @staticmethod
+    def _preempt_sig(job: Job, gpu_type: str, within: bool) -> tuple:
+        """What a preemption search depends on besides the GPU count: jobs that agree on it
+        find the same victims (or none)."""
+        s = job.spec
+        tier = int(job.tier)
+        return (gpu_type, s.tp_size, s.max_racks, s.power_profile, tier, within, job.team, s.kind)
+
     def can_preempt_at_once(self, job: Job, gpu_type: str, n: int, now: float) -> bool:
         """Whether a plan exists now whose victims stop (or shrink) at once and that is worth
         their lost work, by the preemption step's own rules (a dry run for policies, see
@@ -620,9 +624,7 @@ class Scheduler:
         if not self._admissible(job, gpu_type, n):
             return False
         within = self.quota.within(job.team, gpu_type, n, job.tier)
-        s = job.spec
-        key = (gpu_type, n, s.tp_size, s.max_racks, s.power_profile, int(job.tier), within)
-        key += (job.team, s.kind)
+        key = (self._preempt_sig(job, gpu_type, within), n)
         hit = ctx.dry_runs.get(key)
         if hit is not None and hit[0] == self._epoch[gpu_type]:
             return hit[1]
@@ -759,19 +761,28 @@ class Scheduler:
         at, k = self._starts_now.get(gpu_type, (None, 0))
         self._starts_now[gpu_type] = (now, k + 1 if at == now else 1)
 
+    def _starts_at(self, gpu_type: str, now: float) -> int:
+        """Jobs started on the type at `now` (no victims until time has passed)."""
+        at, k = self._starts_now.get(gpu_type, (None, 0))
+        return k if at == now else 0
+
+    def _coupled(self, counter: dict[str, int], gpu_type: str) -> int:
+        """A counter summed over the type and the types sharing its racks' power caps; the
+        counters only grow, so the sum changes with any of them."""
+        return sum(counter[t] for t in self._power_coupled[gpu_type])
+
     def _stamp(self, gpu_type: str) -> int:
         """What a placement search on the type depends on that can make it succeed later (see
         `engine.memo`): GPUs and rack power freed on it or on a type sharing its racks' power
-        caps. Counters only grow, so their sum changes with any of them."""
-        return sum(self._freed[t] for t in self._power_coupled[gpu_type])
+        caps."""
+        return self._coupled(self._freed, gpu_type)
 
     def _preempt_stamp(self, gpu_type: str, now: float) -> tuple:
         """As `_stamp`, plus what can give a preemption search more victims: jobs started on
         the type before `now` (those started at `now` are no victims yet) and changed borrowed
         flags. A policy whose order changes with time (attained service) may also change whom
         it lets preempt whom, so its failures last one cycle."""
-        at, k = self._starts_now.get(gpu_type, (None, 0))
-        started = self._starts[gpu_type] - (k if at == now else 0)
+        started = self._starts[gpu_type] - self._starts_at(gpu_type, now)
         clock = None if self.policy.incremental else now
         return (self._stamp(gpu_type), started, self._flips[gpu_type], clock)
 
