@@ -40,11 +40,8 @@ def main() -> None:
     results = {"cycle_latency": latency, "placement": placement, "sim_throughput": throughput}
     (OUT / "engine.json").write_text(json.dumps(results, indent=2))
 
-    t = Table(title="Scheduling cycle on `large` (100k GPUs)")
-    for col in ("policy", "running", "pending", "p50 ms", "p99 ms", "decisions/s"):
-        t.add_column(col, justify="right")
-    for r in latency:
-        t.add_row(
+    rows = [
+        (
             r["policy"],
             str(r["running"]),
             str(r["pending"]),
@@ -52,18 +49,18 @@ def main() -> None:
             f"{r['p99_cycle_ms']:.2f}",
             f"{r['decisions_per_s']:,.0f}",
         )
-    console.print(t)
+        for r in latency
+    ]
+    columns = ("policy", "running", "pending", "p50 ms", "p99 ms", "decisions/s")
+    console.print(_table("Scheduling cycle on `large` (100k GPUs)", columns, rows))
     ratio = latency[0]["p99_cycle_ms"] / latency[1]["p99_cycle_ms"]
     console.print(f"arbiter / backfill p99 cycle time: {ratio:.2f}x")
     console.print(
         f"placement: indexed {placement['indexed_us']:.1f} us vs scan {placement['scan_us']:.1f} us"
         f" per request ({placement['speedup']:.0f}x faster)"
     )
-    t = Table(title="Simulator throughput on `medium`")
-    for col in ("policy", "jobs", "completed", "cycles", "wall s", "jobs/s"):
-        t.add_column(col, justify="right")
-    for r in throughput:
-        t.add_row(
+    rows = [
+        (
             r["policy"],
             f"{r['jobs']:,}",
             f"{r['completed']:,}",
@@ -71,8 +68,20 @@ def main() -> None:
             f"{r['wall_s']:.1f}",
             f"{r['jobs_per_s']:,.0f}",
         )
-    console.print(t)
+        for r in throughput
+    ]
+    columns = ("policy", "jobs", "completed", "cycles", "wall s", "jobs/s")
+    console.print(_table("Simulator throughput on `medium`", columns, rows))
     console.print(f"results written to {OUT / 'engine.json'}")
+
+
+def _table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> Table:
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 if __name__ == "__main__":
