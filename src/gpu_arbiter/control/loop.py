@@ -45,7 +45,7 @@ from gpu_arbiter.control.live import LiveScheduler
 from gpu_arbiter.control.metrics import Metrics
 from gpu_arbiter.control.reconcile import reconcile
 from gpu_arbiter.control.schemas import Heartbeat, JobSubmit, NodeRegister, TeamPut, Telemetry
-from gpu_arbiter.control.store import TABLES
+from gpu_arbiter.control.store import TABLES, insert_rows
 from gpu_arbiter.domain import (
     GPU_CATALOG,
     Allocation,
@@ -127,8 +127,8 @@ class _Live:
 @dataclass(slots=True)
 class _Tx:
     """One transaction of the loop. New job rows and audit rows are buffered and written with
-    one executemany each (`flush`): compiling an INSERT per submission would cost more than
-    the commit it shares with the rest of the batch."""
+    one statement each (`flush`, `insert_rows`): compiling an INSERT per submission would cost
+    more than the commit it shares with the rest of the batch."""
 
     conn: Connection
     now: float
@@ -138,10 +138,10 @@ class _Tx:
 
     def flush(self) -> None:
         if self.new_jobs:
-            self.conn.execute(insert(JOBS), list(self.new_jobs.values()))
+            insert_rows(self.conn, JOBS, list(self.new_jobs.values()))
             self.new_jobs = {}
         if self.audit:
-            self.conn.execute(insert(AUDIT), self.audit)
+            insert_rows(self.conn, AUDIT, self.audit)
             self.audit = []
 
 
@@ -763,8 +763,9 @@ class ControlLoop:
         new = self.ledger.entries(since=self._persisted)
         if not new:
             return
-        tx.conn.execute(
-            insert(LEDGER),
+        insert_rows(
+            tx.conn,
+            LEDGER,
             [
                 {
                     "seq": e.seq,

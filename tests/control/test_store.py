@@ -1,0 +1,93 @@
+"""Batched inserts, on SQLite and PostgreSQL: every row of a batch is written once, with its
+values as given, in the order given (serial ids follow it)."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+import pytest
+from sqlalchemy import select
+
+from gpu_arbiter.control.auth import Principal
+from gpu_arbiter.control.loop import AUDIT, JOBS, ControlLoop, ServerConfig, _Command
+from gpu_arbiter.control.schemas import JobSubmit, NodeRegister, TeamPut
+from gpu_arbiter.control.store import insert_rows, open_database
+from gpu_arbiter.domain import InvalidInput
+from tests.control.harness import database
+
+
+class _NoBackend:
+    name = "none"
+
+    def running(self) -> dict:
+        return {}
+
+    def poll(self) -> list:
+        return []
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def engine(request, tmp_path):
+    for url in database(request.param, tmp_path):
+        engine = open_database(url)
+        yield engine
+        engine.dispose()
+
+
+def test_insert_rows_keeps_every_value_and_the_order(engine):
+    rows = [
+        {
+            "at": 1796244968.3488555 + i / 7,
+            "actor": "team:ü\"'\\x",
+            "action": "submit",
+            "subject": f"j{i}",
+            "detail": {"n": i, "none": None, "ok": i % 2 == 0, "list": [1.5, "a\nb"]},
+        }
+        for i in range(50)
+    ]
+    with engine.begin() as conn:
+        insert_rows(conn, AUDIT, rows)
+    with engine.connect() as conn:
+        stored = conn.execute(select(AUDIT).order_by(AUDIT.c.id)).mappings().all()
+    assert [{k: r[k] for k in rows[0]} for r in stored] == rows
+
+
+def test_a_batch_of_submissions_is_written_once_each(engine, tmp_path):
+    """One batch of the loop with new jobs, a repeated idempotency key and a refused request:
+    each new job is one row and one audit row, in submission order; the repeat and the refusal
+    write nothing."""
+    loop = ControlLoop(engine, _NoBackend(), ServerConfig(state_dir=tmp_path))  # type: ignore[arg-type]
+    loop._load()
+    admin = Principal("admin", None, 0)
+    loop._transaction(
+        lambda tx: loop.cmd_register_node(tx, admin, "n1", NodeRegister(gpu_type="H100", gpus=8))
+    )
+    loop._transaction(loop._tick)
+    loop._transaction(lambda tx: loop.cmd_put_team(tx, admin, "t", TeamPut(quota={"H100": 4})))
+    loop._transaction(loop._tick)
+    who = Principal("team", "t", 1)
+
+    def submit(key: str, gpus: int = 1) -> _Command:
+        req = JobSubmit(command=f"run {key}", gpus=gpus, tier=1 + gpus % 3)
+        return _Command(loop.cmd_submit, (who, req, key, f"hash-{key}-{gpus}"), Future())
+
+    batch = [submit(f"k{i}", 1 + i % 8) for i in range(40)]
+    batch += [submit("k3", 4), submit("k-too-big", 64)]
+    loop._commands(batch)
+
+    assert [c.future.result()[1] for c in batch[:40]] == [True] * 40
+    assert batch[40].future.result() == (batch[3].future.result()[0], False)
+    with pytest.raises(InvalidInput, match="needs 64 GPUs"):
+        batch[41].future.result()
+    ids = [c.future.result()[0]["id"] for c in batch[:40]]
+    with engine.connect() as conn:
+        jobs = conn.execute(select(JOBS).order_by(JOBS.c.seq)).mappings().all()
+        audit = conn.execute(select(AUDIT).order_by(AUDIT.c.id)).mappings().all()
+    assert [j["id"] for j in jobs] == ids
+    assert [(j["client_key"], j["spec"]["command"]) for j in jobs] == [
+        (f"k{i}", f"run k{i}") for i in range(40)
+    ]
+    assert [a["subject"] for a in audit if a["action"] == "submit"] == ids
+    assert [dict(j) for j in jobs] == [
+        {**j, **c.future.result()[0]} for j, c in zip(jobs, batch[:40], strict=True)
+    ]
