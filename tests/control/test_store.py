@@ -1,12 +1,14 @@
-"""Batched inserts, on SQLite and PostgreSQL: every row of a batch is written once, with its
-values as given, in the order given (serial ids follow it)."""
+"""The control loop's writes, on SQLite and PostgreSQL: every row of a batch is written once,
+with its values as given, in the order given (serial ids follow it), and a connection the
+database dropped is replaced before a batch uses it."""
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from gpu_arbiter.control.auth import Principal
 from gpu_arbiter.control.loop import AUDIT, JOBS, ControlLoop, ServerConfig, _Command
@@ -52,10 +54,8 @@ def test_insert_rows_keeps_every_value_and_the_order(engine):
     assert [{k: r[k] for k in rows[0]} for r in stored] == rows
 
 
-def test_a_batch_of_submissions_is_written_once_each(engine, tmp_path):
-    """One batch of the loop with new jobs, a repeated idempotency key and a refused request:
-    each new job is one row and one audit row, in submission order; the repeat and the refusal
-    write nothing."""
+def _loop(engine, tmp_path) -> ControlLoop:
+    """A loop (not started: the test runs its batches) with one 8-GPU node and team t."""
     loop = ControlLoop(engine, _NoBackend(), ServerConfig(state_dir=tmp_path))  # type: ignore[arg-type]
     loop._load()
     admin = Principal("admin", None, 0)
@@ -65,14 +65,22 @@ def test_a_batch_of_submissions_is_written_once_each(engine, tmp_path):
     loop._transaction(loop._tick)
     loop._transaction(lambda tx: loop.cmd_put_team(tx, admin, "t", TeamPut(quota={"H100": 4})))
     loop._transaction(loop._tick)
+    return loop
+
+
+def _submit(loop: ControlLoop, key: str, gpus: int = 1) -> _Command:
+    req = JobSubmit(command=f"run {key}", gpus=gpus, tier=1 + gpus % 3)
     who = Principal("team", "t", 1)
+    return _Command(loop.cmd_submit, (who, req, key, f"hash-{key}-{gpus}"), Future())
 
-    def submit(key: str, gpus: int = 1) -> _Command:
-        req = JobSubmit(command=f"run {key}", gpus=gpus, tier=1 + gpus % 3)
-        return _Command(loop.cmd_submit, (who, req, key, f"hash-{key}-{gpus}"), Future())
 
-    batch = [submit(f"k{i}", 1 + i % 8) for i in range(40)]
-    batch += [submit("k3", 4), submit("k-too-big", 64)]
+def test_a_batch_of_submissions_is_written_once_each(engine, tmp_path):
+    """One batch of the loop with new jobs, a repeated idempotency key and a refused request:
+    each new job is one row and one audit row, in submission order; the repeat and the refusal
+    write nothing."""
+    loop = _loop(engine, tmp_path)
+    batch = [_submit(loop, f"k{i}", 1 + i % 8) for i in range(40)]
+    batch += [_submit(loop, "k3", 4), _submit(loop, "k-too-big", 64)]
     loop._commands(batch)
 
     assert [c.future.result()[1] for c in batch[:40]] == [True] * 40
@@ -91,3 +99,26 @@ def test_a_batch_of_submissions_is_written_once_each(engine, tmp_path):
     assert [dict(j) for j in jobs] == [
         {**j, **c.future.result()[0]} for j, c in zip(jobs, batch[:40], strict=True)
     ]
+
+
+def test_a_connection_the_database_dropped_is_replaced_before_the_next_batch(engine, tmp_path):
+    """The loop keeps its connection between batches; when PostgreSQL ends it (a restart, an
+    administrator), the next batch still commits instead of failing on the dead connection."""
+    if engine.dialect.name != "postgresql":
+        pytest.skip("a SQLite file cannot drop a connection")
+    loop = _loop(engine, tmp_path)
+    others = text(
+        "SELECT pid FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    with engine.connect() as conn:
+        pids = conn.execute(others).scalars().all()
+        assert pids
+        conn.execute(text("SELECT pg_terminate_backend(pid) FROM unnest(:p) pid"), {"p": pids})
+        conn.commit()
+        while set(pids) & set(conn.execute(others).scalars()):
+            conn.commit()  # a transaction sees one snapshot of pg_stat_activity
+            time.sleep(0.01)  # gone from it after its goodbye reached the loop's socket
+    batch = [_submit(loop, f"k{i}") for i in range(3)]
+    loop._commands(batch)
+    assert [c.future.result()[0]["id"] for c in batch] == ["j1", "j2", "j3"]

@@ -29,8 +29,9 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ from gpu_arbiter.control.live import LiveScheduler
 from gpu_arbiter.control.metrics import Metrics
 from gpu_arbiter.control.reconcile import reconcile
 from gpu_arbiter.control.schemas import Heartbeat, JobSubmit, NodeRegister, TeamPut, Telemetry
-from gpu_arbiter.control.store import TABLES, insert_rows
+from gpu_arbiter.control.store import TABLES, dropped, insert_rows
 from gpu_arbiter.domain import (
     GPU_CATALOG,
     Allocation,
@@ -165,6 +166,7 @@ class ControlLoop:
         metrics: Metrics | None = None,
     ) -> None:
         self.db = db
+        self._conn: Connection | None = None
         self.backend = backend
         self.cfg = config
         self.auth = auth
@@ -208,6 +210,9 @@ class ControlLoop:
         self._inbox.put(_STOP)
         self._thread.join(timeout=30)
         self._thread = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     # -- how the API talks to the loop -----------------------------------------------------
 
@@ -279,7 +284,7 @@ class ControlLoop:
     def _transaction(self, work: Callable[[_Tx], Any]) -> Any:
         tx = None
         try:
-            with self.db.begin() as conn:
+            with self._begin() as conn:
                 tx = _Tx(conn, self._now())
                 out = work(tx)
                 tx.flush()
@@ -293,6 +298,18 @@ class ControlLoop:
             except Exception:
                 log.exception("backend action failed")
         return out
+
+    @contextmanager
+    def _begin(self) -> Iterator[Connection]:
+        """A transaction on the loop's own connection, kept from one transaction to the next:
+        taking one from the pool for each batch cost a round trip to PostgreSQL per batch (the
+        pool's liveness ping). One the database has dropped is replaced before it is used."""
+        if self._conn is None:
+            self._conn = self.db.connect()
+        elif dropped(self._conn):
+            self._conn.invalidate()  # the next use takes a new one from the pool
+        with self._conn.begin():
+            yield self._conn
 
     def _commands(self, batch: list[_Command]) -> None:
         def work(tx: _Tx) -> list[Any]:
@@ -330,7 +347,7 @@ class ControlLoop:
 
     def _load(self) -> None:
         """(Re)build all in-memory state from the database, then reconcile with the backend."""
-        with self.db.begin() as conn:
+        with self._begin() as conn:
             tx = _Tx(conn, self._now())
             secret = conn.execute(select(SETTINGS.c.value).where(SETTINGS.c.key == "secret"))
             row = secret.first()

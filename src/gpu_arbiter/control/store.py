@@ -11,6 +11,7 @@ loop). Only the control loop writes; see `loop.py`.
 
 from __future__ import annotations
 
+import select as select_io
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
@@ -235,3 +236,13 @@ def _insert_from_json(table: Table, columns: tuple[str, ...]) -> Insert:
     return insert(table).from_select(
         list(columns), select(*(src.c[c] for c in columns)).order_by(src.c.n)
     )
+
+
+def dropped(conn: Connection) -> bool:
+    """Whether the database has dropped `conn`, an idle connection, as far as can be seen
+    without a round trip: PostgreSQL's socket has something to read (the server's goodbye and
+    end of file) though no query is running. A SQLite file is never dropped."""
+    if conn.dialect.name != "postgresql":
+        return False
+    fileno = conn.connection.driver_connection.fileno()  # type: ignore[union-attr]
+    return bool(select_io.select([fileno], [], [], 0)[0])
