@@ -19,6 +19,19 @@ ADMIN = "admin-test-token"
 PG_ENV = "ARBITER_TEST_POSTGRES_URL"
 
 
+class NoBackend:
+    """A dispatch backend with nothing running and nothing to report, for driving the control
+    loop directly in tests."""
+
+    name = "none"
+
+    def running(self) -> dict:
+        return {}
+
+    def poll(self) -> list:
+        return []
+
+
 def database(kind: str, tmp_path: Path) -> Iterator[str]:
     """A fresh, empty database of `kind` ("sqlite" or "postgres"), dropped afterwards."""
     if kind == "sqlite":

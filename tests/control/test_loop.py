@@ -8,23 +8,14 @@ import pytest
 
 from gpu_arbiter.control.loop import ControlLoop, ServerConfig
 from gpu_arbiter.control.store import open_database
-
-
-class _NoBackend:
-    name = "none"
-
-    def running(self) -> dict:
-        return {}
-
-    def poll(self) -> list:
-        return []
+from tests.control.harness import NoBackend
 
 
 @pytest.fixture
 def loop(tmp_path):
     db = open_database(str(tmp_path / "a.db"))
     cfg = ServerConfig(state_dir=tmp_path, tick_s=60.0, cycle_interval_s=30.0)
-    loop = ControlLoop(db, _NoBackend(), cfg)  # type: ignore[arg-type]
+    loop = ControlLoop(db, NoBackend(), cfg)  # type: ignore[arg-type]
     loop._load()
     loop._transaction(loop._tick)
     loop._last_tick = time.time()

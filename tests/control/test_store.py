@@ -15,17 +15,7 @@ from gpu_arbiter.control.loop import AUDIT, JOBS, ControlLoop, ServerConfig, _Co
 from gpu_arbiter.control.schemas import JobSubmit, NodeRegister, TeamPut
 from gpu_arbiter.control.store import insert_rows, open_database
 from gpu_arbiter.domain import InvalidInput
-from tests.control.harness import database
-
-
-class _NoBackend:
-    name = "none"
-
-    def running(self) -> dict:
-        return {}
-
-    def poll(self) -> list:
-        return []
+from tests.control.harness import NoBackend, database
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -56,7 +46,7 @@ def test_insert_rows_keeps_every_value_and_the_order(engine):
 
 def _loop(engine, tmp_path) -> ControlLoop:
     """A loop (not started: the test runs its batches) with one 8-GPU node and team t."""
-    loop = ControlLoop(engine, _NoBackend(), ServerConfig(state_dir=tmp_path))  # type: ignore[arg-type]
+    loop = ControlLoop(engine, NoBackend(), ServerConfig(state_dir=tmp_path))  # type: ignore[arg-type]
     loop._load()
     admin = Principal("admin", None, 0)
     loop._transaction(
