@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpu_arbiter.domain import Preempt, Team
 from gpu_arbiter.domain.presets import small
 from gpu_arbiter.engine import Scheduler
 from gpu_arbiter.engine.memo import FailureMemo
@@ -43,3 +44,28 @@ def test_a_job_started_at_this_time_becomes_a_victim_once_time_has_passed():
     assert sched.jobs["high"].state.value == "pending"
     result = sched.cycle(1.0)
     assert any(d.job_id == "low" for d in result.decisions)  # preempted now
+
+
+def test_a_job_with_no_way_to_start_is_remembered_until_gpus_free_up_on_its_type():
+    """Team a's tier-3 job asks for more than a's quota leaves it while the cluster is full, so
+    it may neither be placed nor reclaim: remembered as hopeless. A small job of a's ending
+    frees too few GPUs to place it, but puts it back within a's quota: it reclaims from team b's
+    borrowed job in that very cycle."""
+    c = small()
+    teams = [Team("a", quota={"H100": 32}), Team("b", quota={})]
+    sched = Scheduler(c, teams, "arbiter")
+    sched.submit(job("a-long", team="a", gpus=16, duration=1e6), 0.0)
+    sched.submit(job("a-short", team="a", gpus=8, duration=5.0), 0.0)
+    sched.submit(job("b-borrower", team="b", gpus=40, duration=1e6), 0.0)
+    assert sched.cycle(0.0).started == 3
+    # Ahead of it a job that stays hopeless, so a-more is not the first look on H100 (that one
+    # is always a full look: it makes the type's reservation).
+    sched.submit(job("a-whole", team="a", gpus=c.total_gpus, duration=100.0), 1.0)
+    sched.submit(job("a-more", team="a", gpus=16, duration=100.0, walltime_s=200.0), 1.0)
+    for t in (1.0, 2.0, 3.0):
+        assert sched.cycle(t).started == 0
+    assert sched._blocked["a-more"][0] == "hopeless"
+    sched.finished("a-short", 5.0)
+    result = sched.cycle(5.0)
+    assert sched.jobs["a-more"].state.value == "running"
+    assert [d.job_id for d in result.decisions if isinstance(d, Preempt)] == ["b-borrower"]

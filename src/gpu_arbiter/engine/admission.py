@@ -42,7 +42,7 @@ class QuotaBook:
     pool (capacity nobody is guaranteed), never from another team's guarantee.
     """
 
-    __slots__ = ("quota", "used", "pool", "tier1_excess")
+    __slots__ = ("quota", "used", "pool", "tier1_excess", "releases")
 
     def __init__(self, teams: Mapping[str, Team], capacity: Mapping[str, int]) -> None:
         self.quota = {name: dict(t.quota) for name, t in teams.items()}
@@ -53,6 +53,9 @@ class QuotaBook:
         }
         # GPUs tier-1 jobs hold beyond their team's quota, per (team, GPU type): pool in use.
         self.tier1_excess: dict[tuple[str, str], int] = {}
+        # How often a team's use of a type went down (a job stopped or shrank): what can put
+        # a team's job back within its quota.
+        self.releases: dict[tuple[str, str], int] = {}
 
     def limit(self, team: str, gpu_type: str) -> int:
         return self.quota.get(team, {}).get(gpu_type, 0)
@@ -73,3 +76,5 @@ class QuotaBook:
     def add(self, team: str, gpu_type: str, tier: int, gpus: int) -> None:
         key = (team, gpu_type, int(tier))
         self.used[key] = self.used.get(key, 0) + gpus
+        if gpus < 0:
+            self.releases[team, gpu_type] = self.releases.get((team, gpu_type), 0) + 1

@@ -66,11 +66,14 @@ class Policy:
             return (3, 2)
         return tuple(k for k in (3, 2) if k > job.tier)
 
-    def may_have_victims(self, sched: Scheduler, job: Job, gpu_type: str) -> bool:
-        """Cheap test before building the victim list: is anything lower or borrowed running?"""
-        if any(sched.running_by_tier[(gpu_type, k)] for k in range(int(job.tier) + 1, 4)):
-            return True
-        return bool(sched.borrowed_by_type[gpu_type])
+    def may_have_victims(
+        self, sched: Scheduler, job: Job, gpu_type: str, within_quota: bool
+    ) -> bool:
+        """Cheap test before building the victim list: is anything of a tier `victim_tiers`
+        names running on the type? (A tier-3 job over its quota has none: it only waits.)"""
+        return any(
+            sched.running_by_tier[(gpu_type, k)] for k in self.victim_tiers(job, within_quota)
+        )
 
     def candidate_types(self, sched: Scheduler, job: Job) -> list[str]:
         return sched.types_by_speed(job)

@@ -50,6 +50,8 @@ from gpu_arbiter.engine.preemption import Option, PreemptionPlan, plan_preemptio
 from gpu_arbiter.engine.sharing import SharedGpus
 from gpu_arbiter.engine.spares import HotSpares
 
+_HOPELESS = "hopeless"  # marks a `_blocked` stamp made by `Scheduler._hopeless`
+
 
 @dataclass(slots=True)
 class CycleResult:
@@ -437,6 +439,10 @@ class Scheduler:
         if len(types) < len(self.types_by_speed(job)):
             ctx.timely = True  # the policy held some types back, for now (engine.typechoice)
         sizes = start_sizes(spec, self.policy.elastic)
+        hopeless = self._hopeless(job, sizes[-1])
+        if hopeless is not None:
+            self._failed(job, types, sizes[-1], now, ctx, hopeless)
+            return False
         free = self.index.type_free
         # Nothing to place on when no accepted type has enough whole free GPUs (the common case
         # for a job at the back of a busy queue): go straight to preemption and reservation.
@@ -471,19 +477,81 @@ class Scheduler:
                 return True
         if self.policy.preemption and self._try_preempt(job, types, sizes[-1], now, ctx):
             return True
+        self._failed(job, types, sizes[-1], now, ctx)
+        return False
+
+    def _hopeless(self, job: Job, n: int) -> tuple | None:
+        """Whether the job can neither be placed (no accepted type has `n` whole free GPUs) nor
+        preempt for (nothing of a tier it may take from runs on them): then a try fails on
+        every type, whatever the policy offers, the reservations and the failure memos say.
+        The common case for a tier-3 job over its quota in a busy queue, so it costs a look at
+        the free counts and quota books only. Returns None, or what can end the wait (for
+        `_still_hopeless`), per accepted type: the team's releases there (which can put it
+        back within its quota, so it may reclaim), for a tier-1 job any GPUs freed there (the
+        pool may have room again) and, where the job may take GPUs from some tier but nobody
+        of it runs, jobs started there. Placement is only ever refused here for too few free
+        GPUs, so power and topology need no stamp."""
+        if job.spec.gpu_milli < 1000:
+            return None  # may fit on a GPU already shared
+        free = self.index.type_free
+        wake = []
+        for t in self.types_by_speed(job):
+            if free[t] >= n:
+                return None
+            starts = None
+            if self.policy.preemption and self._admissible(job, t, n):
+                within = self.quota.within(job.team, t, n, job.tier)
+                if self.policy.may_have_victims(self, job, t, within):
+                    return None
+                if self.policy.victim_tiers(job, within):
+                    starts = self._starts[t]
+            wake.append((self._releases(job, t), starts))
+        return (_HOPELESS, int(job.tier), n, tuple(wake))
+
+    def _releases(self, job: Job, gpu_type: str) -> int:
+        if job.tier == Tier.CORE:
+            return self._freed[gpu_type]
+        return self.quota.releases.get((job.team, gpu_type), 0)
+
+    def _still_hopeless(self, job: Job, stamp: tuple) -> bool:
+        """Whether nothing that can end a `_hopeless` wait happened: still too few free GPUs on
+        every accepted type, and no release or start its stamp watches."""
+        _, tier, n, wake = stamp
+        if int(job.tier) != tier:
+            return False
+        free = self.index.type_free
+        for t, (releases, starts) in zip(self.types_by_speed(job), wake, strict=True):
+            if free[t] >= n or self._releases(job, t) != releases:
+                return False
+            if starts is not None and self._starts[t] != starts:
+                return False
+        return True
+
+    def _failed(
+        self,
+        job: Job,
+        types: list[str],
+        n: int,
+        now: float,
+        ctx: _Cycle,
+        hopeless: tuple | None = None,
+    ) -> None:
+        """A try found no start: note the types it is blocked on (stranded where enough GPUs
+        were free), reserve the first type's GPUs for it if none are reserved (or stop the
+        walk, for strict order) and remember the failure unless time alone can change it
+        (by what it was blocked on, or by what can end its `hopeless` wait)."""
         for t in types:
             ctx.blocked_types.add(t)
-            if self.index.type_free[t] >= sizes[-1]:
+            if self.index.type_free[t] >= n:
                 ctx.stranded_types.add(t)
         if self.policy.backfill == "none":
             ctx.stop = True
         elif self.policy.backfill == "reserve" and types and types[0] not in ctx.reservations:
             t = types[0]
             ends = ((end, self.running[j].gpus_held) for end, _, j in self.ends_by_type[t])
-            ctx.reservations[t] = reserve(job, t, sizes[-1], self.index.type_free[t], ends, now)
+            ctx.reservations[t] = reserve(job, t, n, self.index.type_free[t], ends, now)
         if self.policy.incremental and not ctx.timely:
-            self._blocked[job.id] = self._blocked_stamp(job, now)
-        return False
+            self._blocked[job.id] = hopeless or self._blocked_stamp(job, now)
 
     def _blocked_stamp(self, job: Job, now: float) -> tuple:
         """Everything a failed `_try_start` of the job looked at that can change without time
@@ -505,9 +573,12 @@ class Scheduler:
         types = self.types_by_speed(job)
         if self.policy.backfill == "reserve" and any(t not in ctx.reservations for t in types):
             return False
-        if self._blocked_stamp(job, now) != stamp:
+        if stamp[0] == _HOPELESS:
+            if not self._still_hopeless(job, stamp):
+                return False
+        elif self._blocked_stamp(job, now) != stamp:
             return False
-        n = job.spec.elastic_range[0]
+        n = start_sizes(job.spec, self.policy.elastic)[-1]  # the smallest a try would ask for
         for t in types:
             ctx.blocked_types.add(t)
             if self.index.type_free[t] >= n:
@@ -571,9 +642,11 @@ class Scheduler:
             if ctx.attempts >= self.cfg.max_preemption_attempts:
                 ctx.timely = True  # not looked at: the next cycle must
                 return False
-            if not self._admissible(job, t, n) or not self.policy.may_have_victims(self, job, t):
+            if not self._admissible(job, t, n):
                 continue
             within = self.quota.within(job.team, t, n, job.tier)
+            if not self.policy.may_have_victims(self, job, t, within):
+                continue
             sig = self._preempt_sig(job, t, within)
             stamp = self._preempt_stamp(t, now)
             if self._preempt_failed.failed(sig, n, stamp):
@@ -619,11 +692,11 @@ class Scheduler:
         `engine.typechoice`; changes nothing). Remembered for the cycle while the type's
         running set stays the same."""
         ctx = self._ctx
-        if not self.policy.preemption or not self.policy.may_have_victims(self, job, gpu_type):
-            return False
-        if not self._admissible(job, gpu_type, n):
+        if not self.policy.preemption or not self._admissible(job, gpu_type, n):
             return False
         within = self.quota.within(job.team, gpu_type, n, job.tier)
+        if not self.policy.may_have_victims(self, job, gpu_type, within):
+            return False
         key = (self._preempt_sig(job, gpu_type, within), n)
         hit = ctx.dry_runs.get(key)
         if hit is not None and hit[0] == self._epoch[gpu_type]:

@@ -45,7 +45,7 @@ class TiresiasPolicy(Policy):
     def victim_tiers(self, job: Job, within_quota: bool) -> tuple[int, ...]:
         return (3, 2, 1)
 
-    def may_have_victims(self, sched, job: Job, gpu_type: str) -> bool:
+    def may_have_victims(self, sched, job: Job, gpu_type: str, within_quota: bool) -> bool:
         return bool(sched.running_by_type[gpu_type])
 
     def next_wakeup(self, sched, now: float) -> float | None:
