@@ -59,3 +59,20 @@ def test_tier1_waits_only_within_its_five_minute_target():
     later.submit(job("core", team="a", tier=1, gpus=8), 1000.0)
     decisions = cycle(later, 1000.0)
     assert set(preempts(decisions)) == {"x"} and "core" in starts(decisions)
+
+
+def test_the_victim_that_loses_least_work_goes_before_a_borrowed_one():
+    """Two tier-3 jobs without checkpoints: one borrowed (team c owns nothing) running for 10 h,
+    one owned (team b's quota) that started a minute ago; a tier-1 job of team a, within its
+    quota, may take either and takes the one that loses a minute."""
+    teams = [Team("a", quota={"H100": 8}), Team("b", quota={"H100": 8}), Team("c")]
+    sched = Scheduler(cluster({"name": "r0", "nodes": 3, "power_cap_kw": 120.0}), teams)
+    sched.submit(job("old", team="c", tier=3, gpus=8, duration=1e6), 0.0)
+    sched.submit(job("other", team="c", tier=3, gpus=8, duration=1e6), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("new", team="b", tier=3, gpus=8, duration=1e6), 36000.0)
+    cycle(sched, 36000.0)
+    assert sched.jobs["old"].borrowed and not sched.jobs["new"].borrowed
+    sched.submit(job("core", team="a", tier=1, gpus=8), 36060.0)
+    decisions = cycle(sched, 36060.0)
+    assert set(preempts(decisions)) == {"new"} and "core" in starts(decisions)

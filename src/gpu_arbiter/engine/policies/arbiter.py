@@ -13,7 +13,9 @@ picks the type a job tries first; the order in which jobs start (tier, fair shar
 
 A preemption that would throw away a victim's uncheckpointed work is weighed against the
 preemptor's expected wait (`Scheduler._worth_the_lost_work`), and a plan whose victims stop at
-once on another accepted type is preferred to one that waits out a tier-2 grace.
+once on another accepted type is preferred to one that waits out a tier-2 grace. Within a tier,
+victims are taken by least work lost first, borrowed before owned only among equals
+(`engine.preemption`): without checkpoints a stop throws away everything since the start.
 
 After the walk, tier-3 jobs running on a slow type move onto a faster accepted type the walk
 left free when that is expected to finish them sooner, lost work and restart included
