@@ -479,8 +479,7 @@ class Scheduler:
             ctx.stop = True
         elif self.policy.backfill == "reserve" and types and types[0] not in ctx.reservations:
             t = types[0]
-            ends = ((end, self.running[j].gpus_held) for end, _, j in self.ends_by_type[t])
-            ctx.reservations[t] = reserve(job, t, sizes[-1], self.index.type_free[t], ends, now)
+            ctx.reservations[t] = self._reservation_for(job, t, sizes[-1], now)
         if self.policy.incremental and not ctx.timely:
             self._blocked[job.id] = self._blocked_stamp(job, now)
         return False
@@ -513,6 +512,18 @@ class Scheduler:
             if self.index.type_free[t] >= n:
                 ctx.stranded_types.add(t)
         return True
+
+    def _reservation_for(self, job: Job, gpu_type: str, n: int, now: float) -> Reservation:
+        """The EASY reservation of a blocked job. When enough GPUs of the type are free by count
+        and the job still could not be placed (topology, rack power), holding them back does
+        not start it: it waits for a node to drain, not for a count. A policy that does not
+        `reserve_fragmented` then lets everything backfill on the type (the reservation only
+        keeps the type from being reserved by a later job)."""
+        free = self.index.type_free[gpu_type]
+        if free >= n and not self.policy.reserve_fragmented:
+            return Reservation(job.id, gpu_type, n, now, self.index.type_total[gpu_type])
+        ends = ((end, self.running[j].gpus_held) for end, _, j in self.ends_by_type[gpu_type])
+        return reserve(job, gpu_type, n, free, ends, now)
 
     def _reservation_over(self, job: Job, gpu_type: str, ctx: _Cycle) -> Reservation | None:
         """The backfill reservation the job must not delay on the type. A walk goes tier by

@@ -9,6 +9,10 @@ job can be passed by a team's stream of shorter ones, as in any SJF
 (`ArbiterPolicy(shortest_first=False)`: submission order). Placement packs (S5, S6);
 a blocked job preempts by tier or reclaims borrowed capacity (S1, S2), shrinking elastic jobs
 before stopping anyone (S8); otherwise it gets an EASY reservation that backfill honours (S6).
+A job blocked although enough GPUs are free by count (it needs whole nodes, and the free GPUs
+are scattered) holds none back: an 8-GPU tier-1 pod on Alibaba's G2 held every G2 GPU from the
+1-GPU tier-1 pods behind it for up to 38 h while it waited for a node to drain
+(`Policy.reserve_fragmented`).
 Flexible jobs move to a slower GPU type when the fast one is wanted by jobs pinned to it (S7).
 
 When pending jobs accept several GPU types and want more of the fast ones than are free, who
@@ -51,6 +55,7 @@ DEFAULT_MOVES = MoveRules()
 class ArbiterPolicy(Policy):
     name = "arbiter"
     weigh_lost_work = True
+    reserve_fragmented = False
 
     def __init__(
         self,
