@@ -58,3 +58,23 @@ def test_a_higher_tier_newcomer_is_not_held_back_by_a_lower_tier_reservation():
     cycle(sched, 1.5)  # the full walk gives "wide" its reservation
     sched.submit(job("urgent", tier=2, gpus=2, duration=5000.0, walltime_s=5000.0), 2.0)
     assert set(starts(cycle(sched, 2.0))) == {"urgent"}
+
+
+def scattered(policy: str) -> Scheduler:
+    """Two 8-GPU nodes, each with 6 GPUs busy for a long time: 4 GPUs are free by count, but a
+    tp-4 job needs them on one node, so it is blocked; a small long job arrives behind it."""
+    sched = Scheduler(cluster({"name": "r0", "nodes": 2, "power_cap_kw": 80.0}), policy=policy)
+    for name in ("left", "right"):
+        sched.submit(job(name, tier=1, gpus=6, duration=1e6, walltime_s=1e6, tp_size=2), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("wide", tier=2, gpus=4, duration=100.0, walltime_s=100.0, tp_size=4), 1.0)
+    sched.submit(job("small", tier=3, gpus=1, duration=1e5, walltime_s=1e5), 2.0)
+    return sched
+
+
+def test_easy_holds_free_gpus_for_a_job_that_cannot_be_placed_on_them():
+    assert starts(cycle(scattered("backfill"), 2.0)) == {}
+
+
+def test_arbiter_does_not_hold_scattered_gpus_that_would_not_start_the_blocked_job():
+    assert set(starts(cycle(scattered("arbiter"), 2.0))) == {"small"}

@@ -1,7 +1,7 @@
 """Arbiter weighs the work a preemption throws away against the preemptor's expected wait."""
 
 from gpu_arbiter.domain import Team
-from gpu_arbiter.engine import Scheduler
+from gpu_arbiter.engine import EngineConfig, Scheduler
 from tests.conftest import job
 from tests.engine.helpers import cluster, cycle, preempts, starts
 
@@ -12,8 +12,10 @@ def one_node():
     return cluster({"name": "r0", "nodes": 1, "power_cap_kw": 40.0})
 
 
-def borrowed_tier3(walltime: float | None, checkpoint: float | None = None) -> Scheduler:
-    sched = Scheduler(one_node(), TEAMS)
+def borrowed_tier3(
+    walltime: float | None, checkpoint: float | None = None, config: EngineConfig | None = None
+) -> Scheduler:
+    sched = Scheduler(one_node(), TEAMS, config=config)
     spec = job("x", team="b", tier=3, gpus=8, duration=1e5, walltime_s=walltime)
     if checkpoint is not None:
         spec = job(
@@ -59,3 +61,32 @@ def test_tier1_waits_only_within_its_five_minute_target():
     later.submit(job("core", team="a", tier=1, gpus=8), 1000.0)
     decisions = cycle(later, 1000.0)
     assert set(preempts(decisions)) == {"x"} and "core" in starts(decisions)
+
+
+def test_the_victim_that_loses_least_work_goes_before_a_borrowed_one():
+    """Two tier-3 jobs without checkpoints: one borrowed (team c owns nothing) running for 10 h,
+    one owned (team b's quota) that started a minute ago; a tier-1 job of team a, within its
+    quota, may take either and takes the one that loses a minute."""
+    teams = [Team("a", quota={"H100": 8}), Team("b", quota={"H100": 8}), Team("c")]
+    sched = Scheduler(cluster({"name": "r0", "nodes": 3, "power_cap_kw": 120.0}), teams)
+    sched.submit(job("old", team="c", tier=3, gpus=8, duration=1e6), 0.0)
+    sched.submit(job("other", team="c", tier=3, gpus=8, duration=1e6), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("new", team="b", tier=3, gpus=8, duration=1e6), 36000.0)
+    cycle(sched, 36000.0)
+    assert sched.jobs["old"].borrowed and not sched.jobs["new"].borrowed
+    sched.submit(job("core", team="a", tier=1, gpus=8), 36060.0)
+    decisions = cycle(sched, 36060.0)
+    assert set(preempts(decisions)) == {"new"} and "core" in starts(decisions)
+
+
+def test_lost_work_counts_double_against_the_wait():
+    """At 1500 s the borrower has 1500 s x 8 GPUs unsaved and 2100 s to go by its estimate: a
+    wait of 2100 s is shorter than twice the loss, so the tier-2 job waits; weighing the loss
+    once, it would preempt."""
+    sched = borrowed_tier3(walltime=3600.0)
+    sched.submit(job("biz", team="a", tier=2, gpus=8), 1500.0)
+    assert not preempts(cycle(sched, 1500.0))
+    once = borrowed_tier3(walltime=3600.0, config=EngineConfig(lost_work_weight=1.0))
+    once.submit(job("biz", team="a", tier=2, gpus=8), 1500.0)
+    assert set(preempts(cycle(once, 1500.0))) == {"x"}

@@ -22,7 +22,8 @@ def two_types(nodes: int = 1):
 
 
 def sched_with(policy=None, teams=()) -> Scheduler:
-    return Scheduler(two_types(), list(teams), policy or ArbiterPolicy())
+    """The scenarios below need a team's jobs walked in submission order (a blocker first)."""
+    return Scheduler(two_types(), list(teams), policy or ArbiterPolicy(shortest_first=False))
 
 
 QUOTA = [Team("a", quota={"H100": 8, "V100": 8})]
@@ -84,7 +85,7 @@ def test_a_job_close_to_its_end_stays_where_it_is():
 
 
 def test_no_move_without_moves_in_the_policy():
-    sched = sched_with(ArbiterPolicy(moves=None))
+    sched = sched_with(ArbiterPolicy(moves=None, shortest_first=False))
     sched.submit(job("blocker", gpus=8, duration=1000.0, gpu_types=FAST_ONLY), 0.0)
     sched.submit(job("x", gpus=8, duration=1e4, walltime_s=1e4, gpu_types=FLEX), 0.0)
     cycle(sched, 0.0)
@@ -158,7 +159,7 @@ def test_a_job_takes_the_slow_type_when_the_fast_one_is_far_beyond_its_queue_tar
 
 
 def test_without_patience_a_job_takes_whatever_is_free():
-    sched = sched_with(ArbiterPolicy(patient=False))
+    sched = sched_with(ArbiterPolicy(patient=False, shortest_first=False))
     sched.submit(job("blocker", gpus=8, duration=600.0, walltime_s=600.0, gpu_types=FAST_ONLY), 0.0)
     sched.submit(job("x", gpus=8, duration=1e4, walltime_s=1e4, gpu_types=FLEX), 0.0)
     assert starts(cycle(sched, 0.0))["x"].allocation.gpu_type == "V100"

@@ -20,3 +20,8 @@ class EngineConfig:
     # Queueing targets of tiers 1, 2 and 3; a tier-1 job expected (by walltime estimates) to
     # get its GPUs within its target waits rather than throw away a victim's uncheckpointed work.
     queue_target_s: tuple[float, float, float] = (300.0, 3600.0, 14400.0)
+    # Below tier 1, a preemption that throws away uncheckpointed work is made only when the GPU
+    # time lost, times this weight, is at most the GPU time the preemptor would wait
+    # (`Scheduler._worth_the_lost_work`). Lost work is capacity gone for everybody, and the
+    # victim goes back in line; a wait only delays the preemptor.
+    lost_work_weight: float = 2.0

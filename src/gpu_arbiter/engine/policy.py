@@ -35,6 +35,9 @@ class Policy:
     # preemptor's expected wait (see `Scheduler._worth_the_lost_work`); baselines preempt
     # whenever their rule allows.
     weigh_lost_work = False
+    # Whether a blocked job for which enough GPUs are free by count (but that cannot be placed
+    # on them) still holds them back from backfill (`Scheduler._reservation_for`): EASY does.
+    reserve_fragmented = True
     # Whether a cycle after arrivals alone may look at the newcomers only (see Scheduler).
     # Off for strict FIFO (a newcomer must not pass a blocked head) and for policies whose
     # order changes with time (attained service, rounds).

@@ -10,7 +10,11 @@ Rules (Arbiter policy; baselines override `Policy.may_preempt`):
 Tier-3 victims stop at once; tier-2 victims get the configured grace and a checkpoint request.
 
 Victims are chosen cheapest first: elastic jobs that can shrink, then tier 3 before tier 2,
-borrowed before owned, least work lost since the last checkpoint, youngest run. Candidates are
+least work lost since the last checkpoint, borrowed before owned, youngest run. Lost work comes
+before borrowed-or-owned: where the preemptor may take either (`Policy.may_preempt`), taking a
+borrowed job that has run for days without a checkpoint instead of an owned one that started a
+minute ago throws the days away (on 0e4a51 with borrowed first: mean JCT 106.7 h, 18,664 GPU-h
+lost; lost first: 101.1 h, 16,986). Candidates are
 released tentatively in the capacity index until the gang fits; victims whose GPUs the gang does
 not use are then spared, and the index is restored — the plan changes nothing by itself.
 """
@@ -53,7 +57,7 @@ def victim_options(jobs: Iterable[Job], shrink: bool, now: float) -> list[Option
         if shrink and kept is None:
             continue
         lost = v.unsaved_at(now) * alloc.gpus
-        key = (-int(v.tier), not v.borrowed, lost, -(v.started_at or 0.0), v.seq)
+        key = (-int(v.tier), lost, not v.borrowed, -(v.started_at or 0.0), v.seq)
         part = alloc if kept is None else _difference(alloc, kept)
         options.append((key, v, kept, part, alloc, v.borrowed))
     options.sort(key=_first)

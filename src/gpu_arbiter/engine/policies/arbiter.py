@@ -1,8 +1,18 @@
 """Arbiter's policy: every step on.
 
-Tiers first; within a tier, teams by weighted dominant share (S4). Placement packs (S5, S6);
+Tiers first; within a tier, teams by weighted dominant share (S4), and within a team its jobs
+shortest first: by the GPU time their walltime estimate says is left (estimate x share of the
+work not done x GPUs), then by submission; jobs without an estimate come after those with one,
+in submission order. A team's queue is its own to order (S4 orders teams, not jobs), and
+shortest-first is what lowers mean JCT when the queue is long (0e4a51: 101.1 -> 81.0 h); a long
+job can be passed by a team's stream of shorter ones, as in any SJF
+(`ArbiterPolicy(shortest_first=False)`: submission order). Placement packs (S5, S6);
 a blocked job preempts by tier or reclaims borrowed capacity (S1, S2), shrinking elastic jobs
 before stopping anyone (S8); otherwise it gets an EASY reservation that backfill honours (S6).
+A job blocked although enough GPUs are free by count (it needs whole nodes, and the free GPUs
+are scattered) holds none back: an 8-GPU tier-1 pod on Alibaba's G2 held every G2 GPU from the
+1-GPU tier-1 pods behind it for up to 38 h while it waited for a node to drain
+(`Policy.reserve_fragmented`).
 Flexible jobs move to a slower GPU type when the fast one is wanted by jobs pinned to it (S7).
 
 When pending jobs accept several GPU types and want more of the fast ones than are free, who
@@ -13,7 +23,9 @@ picks the type a job tries first; the order in which jobs start (tier, fair shar
 
 A preemption that would throw away a victim's uncheckpointed work is weighed against the
 preemptor's expected wait (`Scheduler._worth_the_lost_work`), and a plan whose victims stop at
-once on another accepted type is preferred to one that waits out a tier-2 grace.
+once on another accepted type is preferred to one that waits out a tier-2 grace. Within a tier,
+victims are taken by least work lost first, borrowed before owned only among equals
+(`engine.preemption`): without checkpoints a stop throws away everything since the start.
 
 After the walk, tier-3 jobs running on a slow type move onto a faster accepted type the walk
 left free when that is expected to finish them sooner, lost work and restart included
@@ -28,6 +40,7 @@ target, so a tier-1 job still starts within one cycle when no faster type is in 
 
 from __future__ import annotations
 
+import math
 from itertools import islice
 
 from gpu_arbiter.domain import Job, JobState
@@ -42,19 +55,33 @@ DEFAULT_MOVES = MoveRules()
 class ArbiterPolicy(Policy):
     name = "arbiter"
     weigh_lost_work = True
+    reserve_fragmented = False
 
     def __init__(
         self,
         moves: MoveRules | None = DEFAULT_MOVES,
         patient: bool = True,
+        shortest_first: bool = True,
     ) -> None:
         self.plan: dict[str, str] = {}
         self.moves = moves  # None: never move a running job
         self.patient = patient  # wait for a faster type when that finishes sooner
+        self.shortest_first = shortest_first  # False: a team's jobs by submission only
         self.moved_at: float | None = None
         self.promised: dict[str, tuple[str, int]] = {}  # tier-2 moves waiting out their grace
         self.dest: dict[str, str] = {}  # type a moved tier-2 job asks for first when requeued
         self.now = 0.0
+
+    def rank_key(self, job: Job) -> tuple:
+        """Shortest first within a team: GPU time left by the walltime estimate (read when the
+        job is queued, so a stopped job counts what its checkpoint kept), then submission."""
+        spec = job.spec
+        if not self.shortest_first:
+            return (spec.submit_s,)
+        if spec.walltime_s is None:
+            return (math.inf, spec.submit_s)
+        left = spec.walltime_s * max(0.0, 1 - job.progress_s / spec.duration_s)
+        return (left * spec.gpus, spec.submit_s)
 
     def before_cycle(self, sched, now: float) -> None:
         self.plan = {}

@@ -1,0 +1,40 @@
+"""Arbiter walks a team's pending jobs shortest first (GPU time left by the walltime estimate)."""
+
+from gpu_arbiter.engine import Scheduler
+from gpu_arbiter.engine.policies.arbiter import ArbiterPolicy
+from tests.conftest import job
+from tests.engine.helpers import cluster, cycle, starts
+
+
+def contended(policy: ArbiterPolicy) -> Scheduler:
+    """One 8-GPU node, busy; three tier-3 jobs of one team wait for it: a long one first, then
+    a short one, then one without an estimate."""
+    sched = Scheduler(cluster({"name": "r0", "nodes": 1}), policy=policy)
+    sched.submit(job("busy", gpus=8, duration=100.0, walltime_s=3600.0), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("long", gpus=8, duration=1e5, walltime_s=1e5), 1.0)
+    sched.submit(job("short", gpus=4, duration=600.0, walltime_s=3600.0), 2.0)
+    sched.submit(job("unknown", gpus=4, duration=600.0), 3.0)
+    cycle(sched, 3.0)
+    return sched
+
+
+def test_the_job_with_least_gpu_time_left_starts_first():
+    sched = contended(ArbiterPolicy())
+    sched.finished("busy", 100.0)
+    # then "long" is blocked and reserves the node, so "unknown" (no end in sight) waits too
+    assert set(starts(cycle(sched, 100.0))) == {"short"}
+
+
+def test_a_stopped_job_ranks_by_what_is_left_of_it():
+    policy = ArbiterPolicy()
+    sched = contended(policy)
+    half = sched.jobs["long"]
+    half.progress_s = 0.99 * half.spec.duration_s  # 1000 s of 8 GPUs left: 8000 GPU-s
+    assert policy.rank_key(half) < policy.rank_key(sched.jobs["short"])  # 4 x 3600 GPU-s
+
+
+def test_without_shortest_first_a_team_keeps_submission_order():
+    sched = contended(ArbiterPolicy(shortest_first=False))
+    sched.finished("busy", 100.0)
+    assert set(starts(cycle(sched, 100.0))) == {"long"}
