@@ -21,8 +21,7 @@ def one_node():
 def test_the_same_seed_gives_the_same_kpis(policy):
     c = small()
     runs = [
-        simulate(c, synthetic_teams(c), policy, synthetic_workload(60, 7, c)).kpis
-        for _ in range(2)
+        simulate(c, synthetic_teams(c), policy, synthetic_workload(60, 7, c)).kpis for _ in range(2)
     ]
     for kpis in runs:
         kpis.pop("sim_wall_s")
