@@ -77,7 +77,7 @@ class ArbiterPolicy(Policy):
         job is queued, so a stopped job counts what its checkpoint kept), then submission."""
         spec = job.spec
         if not self.shortest_first:
-            return (spec.submit_s,)
+            return super().rank_key(job)
         if spec.walltime_s is None:
             return (math.inf, spec.submit_s)
         left = spec.walltime_s * max(0.0, 1 - job.progress_s / spec.duration_s)
