@@ -509,6 +509,8 @@ class Scheduler:
         return (_HOPELESS, int(job.tier), n, tuple(wake))
 
     def _releases(self, job: Job, gpu_type: str) -> int:
+        """The release counter a `_hopeless` job watches on the type: its team's (the way back
+        within quota) or, for tier 1, every release there (the way into the pool)."""
         if job.tier == Tier.CORE:
             return self._freed[gpu_type]
         return self.quota.releases.get((job.team, gpu_type), 0)
