@@ -4,7 +4,7 @@ starting on a slow type now and waiting for a fast one (engine.typechoice), unde
 import pytest
 
 from gpu_arbiter.domain import Team
-from gpu_arbiter.engine import Scheduler
+from gpu_arbiter.engine import EngineConfig, Scheduler
 from gpu_arbiter.engine.migration import MoveRules, finish_times, worth_moving
 from gpu_arbiter.engine.policies.arbiter import ArbiterPolicy
 from tests.conftest import job
@@ -174,3 +174,25 @@ def test_a_tier1_job_preempts_tier3_on_the_fast_type_rather_than_start_slow():
     decisions = cycle(sched, 5.0)
     assert "t3" in preempts(decisions)
     assert starts(decisions)["core"].allocation.gpu_type == "H100"
+
+
+def test_a_job_takes_the_slow_type_once_the_cycle_can_make_no_more_preemption_searches():
+    """A preemption the cycle has no budget left for is no reason to leave free GPUs idle: in a
+    busy queue the jobs at the head spend the budget every cycle, and the ones behind would
+    otherwise wait for a preemption that never comes."""
+    teams = [Team("a", quota={"H100": 8, "V100": 8}), Team("b", quota={"H100": 0, "V100": 0})]
+    sched = Scheduler(
+        two_types(),
+        teams,
+        ArbiterPolicy(shortest_first=False),
+        EngineConfig(max_preemption_attempts=1),
+    )
+    for name in ("t3a", "t3b"):
+        sched.submit(job(name, team="b", gpus=4, duration=1e6, gpu_types=FAST_ONLY), 0.0)
+    cycle(sched, 0.0)
+    for name in ("core1", "core2"):
+        sched.submit(job(name, tier=1, gpus=4, duration=1e4, walltime_s=1e4, gpu_types=FLEX), 5.0)
+    decisions = cycle(sched, 5.0)
+    assert len(preempts(decisions)) == 1  # the one search the cycle may make
+    assert starts(decisions)["core1"].allocation.gpu_type == "H100"
+    assert starts(decisions)["core2"].allocation.gpu_type == "V100"

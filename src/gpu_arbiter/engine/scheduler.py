@@ -703,8 +703,13 @@ class Scheduler:
         """Whether a plan exists now whose victims stop (or shrink) at once and that is worth
         their lost work, by the preemption step's own rules (a dry run for policies, see
         `engine.typechoice`; changes nothing). Remembered for the cycle while the type's
-        running set stays the same."""
+        running set stays the same. Once the cycle has made its `max_preemption_attempts`
+        searches, no plan can be carried out before the next cycle: then the answer is no, so
+        a job is not held back from free GPUs of a slower type for a preemption it cannot make
+        (in a busy queue the same jobs at the head spend the budget every cycle)."""
         ctx = self._ctx
+        if ctx.attempts >= self.cfg.max_preemption_attempts:
+            return False
         if not self.policy.preemption or not self._admissible(job, gpu_type, n):
             return False
         within = self.quota.within(job.team, gpu_type, n, job.tier)
