@@ -67,6 +67,14 @@ def test_a_tier3_job_moves_to_the_fast_type_when_it_frees():
     assert sched.policy.next_wakeup(sched, 1000.0) == 1000.0  # the V100s go out at once
 
 
+def test_faster_types_follow_the_type_a_job_runs_on():
+    sched = on_slow_type()
+    assert sched.faster_types(sched.jobs["x"]) == ["H100"]
+    sched.finished("blocker", 1000.0)
+    cycle(sched, 1000.0)
+    assert sched.faster_types(sched.jobs["x"]) == []  # moved: nothing faster than the H100s
+
+
 def test_a_moved_job_keeps_its_last_checkpoint():
     sched = on_slow_type(checkpoint_interval_s=1000.0)
     sched.finished("blocker", 2500.0)

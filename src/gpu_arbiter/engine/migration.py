@@ -132,11 +132,7 @@ def candidate_moves(
                 n = job.gpus_held
                 if n > room:
                     continue
-                faster = [
-                    t
-                    for t in sched.types_by_speed(job)
-                    if t != gpu_type and free[t] >= n and sched.speed(job, t) > job.speed
-                ]
+                faster = [t for t in sched.faster_types(job) if free[t] >= n]
                 if not faster or not movable(sched, job, now, rules):
                     continue
                 job.advance(now)

@@ -144,6 +144,7 @@ class Scheduler:
         self._seq = 0
         self._max_gang: dict[tuple[str, int | None], int] = {}
         self._types: dict[str, list[str]] = {}
+        self._faster: dict[str, tuple[str, list[str]]] = {}  # see faster_types
         self._max_domain: dict[str, int] = {}
         self._power_coupled = self._types_sharing_racks(cluster)
         # Bumped whenever a type's running set changes, so per-cycle caches know they are stale.
@@ -398,6 +399,17 @@ class Scheduler:
             )
             self._types[key] = types
         return types
+
+    def faster_types(self, job: Job) -> list[str]:
+        """The accepted types on which the running job would run faster than where it runs,
+        fastest first (engine.migration looks at every running job each cycle; this is fixed
+        while the job runs, so it is worked out once per start)."""
+        here = job.allocation.gpu_type
+        hit = self._faster.get(job.id)
+        if hit is None or hit[0] != here:
+            faster = [t for t in self.types_by_speed(job) if self.speed(job, t) > job.speed]
+            hit = self._faster[job.id] = (here, [t for t in faster if t != here])
+        return hit[1]
 
     def speed(self, job: Job, gpu_type: str) -> float | None:
         return job.spec.speed_on(gpu_type, self.cluster.gpu_types[gpu_type].speed)
@@ -1048,6 +1060,7 @@ class Scheduler:
 
     def _release(self, job: Job) -> None:
         self._dirty = True
+        self._faster.pop(job.id, None)
         alloc = job.allocation
         t = alloc.gpu_type
         self._changed(t, freed=True)
