@@ -80,6 +80,7 @@ class _Cycle:
     reservations: dict[str, Reservation] = field(default_factory=dict)
     victims: dict[tuple, list[Option]] = field(default_factory=dict)  # `_victim_groups`
     dry_runs: dict[tuple, tuple[int, bool]] = field(default_factory=dict)
+    scopes: dict[tuple, tuple[bool, bool] | None] = field(default_factory=dict)  # one try's
     shadows: dict[tuple[str, int], tuple[int, float]] = field(default_factory=dict)
     attempts: int = 0
     preempted: int = 0
@@ -446,6 +447,7 @@ class Scheduler:
         if blocked is not None and self._still_blocked(job, blocked, now, ctx):
             return False
         ctx.timely = False
+        ctx.scopes.clear()
         spec = job.spec
         types = self._candidate_types(job)
         if len(types) < len(self.types_by_speed(job)):
@@ -511,9 +513,10 @@ class Scheduler:
             if free[t] >= n:
                 return None
             starts = None
-            if self.policy.preemption and self._admissible(job, t, n):
-                within = self.quota.within(job.team, t, n, job.tier)
-                if self.policy.may_have_victims(self, job, t, within):
+            scope = self._preempt_scope(job, t, n)
+            if scope is not None:
+                within, has_victims = scope
+                if has_victims:
                     return None
                 if self.policy.victim_tiers(job, within):
                     starts = self._starts[t]
@@ -667,11 +670,10 @@ class Scheduler:
             if ctx.attempts >= self.cfg.max_preemption_attempts:
                 ctx.timely = True  # not looked at: the next cycle must
                 return False
-            if not self._admissible(job, t, n):
+            scope = self._preempt_scope(job, t, n)
+            if scope is None or not scope[1]:
                 continue
-            within = self.quota.within(job.team, t, n, job.tier)
-            if not self.policy.may_have_victims(self, job, t, within):
-                continue
+            within = scope[0]
             sig = self._preempt_sig(job, t, within)
             stamp = self._preempt_stamp(t, now)
             if self._preempt_failed.failed(sig, n, stamp):
@@ -703,6 +705,23 @@ class Scheduler:
             return True
         return False
 
+    def _preempt_scope(self, job: Job, gpu_type: str, n: int) -> tuple[bool, bool] | None:
+        """None where the job may not preempt for `n` GPUs of the type (no preemption, or a
+        tier-1 job that would not fit in the pool); else (whether it runs within its team's
+        quota there, whether anybody of a tier it may take from runs there). Asked by the
+        hopeless test, the type choice's dry runs and the preemption step alike, so it is
+        worked out once per type in a try (nothing changes within a try until it succeeds)."""
+        key = (job.id, gpu_type, n)
+        scopes = self._ctx.scopes
+        if key in scopes:
+            return scopes[key]
+        scope = None
+        if self.policy.preemption and self._admissible(job, gpu_type, n):
+            within = self.quota.within(job.team, gpu_type, n, job.tier)
+            scope = (within, self.policy.may_have_victims(self, job, gpu_type, within))
+        scopes[key] = scope
+        return scope
+
     @staticmethod
     def _preempt_sig(job: Job, gpu_type: str, within: bool) -> tuple:
         """What a preemption search depends on besides the GPU count: jobs that agree on it
@@ -722,11 +741,10 @@ class Scheduler:
         ctx = self._ctx
         if ctx.attempts >= self.cfg.max_preemption_attempts:
             return False
-        if not self.policy.preemption or not self._admissible(job, gpu_type, n):
+        scope = self._preempt_scope(job, gpu_type, n)
+        if scope is None or not scope[1]:
             return False
-        within = self.quota.within(job.team, gpu_type, n, job.tier)
-        if not self.policy.may_have_victims(self, job, gpu_type, within):
-            return False
+        within = scope[0]
         key = (self._preempt_sig(job, gpu_type, within), n)
         hit = ctx.dry_runs.get(key)
         if hit is not None and hit[0] == self._epoch[gpu_type]:
