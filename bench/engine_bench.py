@@ -7,6 +7,7 @@ absolute seconds that depend on the machine.
 
 from __future__ import annotations
 
+import gc
 import random
 import statistics
 import time
@@ -78,6 +79,9 @@ def loaded_scheduler(policy: str, running: int, pending: int, seed: int = 0) -> 
         sched.submit(_job(i, rng, types), 1.0)
         i += 1
     sched.cycle(1.0)
+    # As the control loop does once it has loaded its state (`ControlLoop.start`).
+    gc.collect()
+    gc.freeze()
     return sched
 
 

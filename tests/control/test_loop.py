@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 
 import pytest
@@ -36,3 +37,17 @@ def test_a_rebuild_is_ticked_at_once_but_a_plain_batch_waits_for_the_tick(loop):
     assert time.time() < loop._next_tick()
     loop._rebuild = True
     assert loop._next_tick() == 0.0 and loop._timeout() == 0.0
+
+
+def test_a_started_loop_keeps_its_loaded_state_out_of_full_collections(tmp_path):
+    """Full passes of the garbage collector over a 100k-GPU cluster's state stall a cycle; the
+    loop freezes what it loaded at start, and lets go of it when it stops."""
+    db = open_database(str(tmp_path / "a.db"))
+    loop = ControlLoop(db, NoBackend(), ServerConfig(state_dir=tmp_path))  # type: ignore[arg-type]
+    loop.start()
+    try:
+        assert gc.get_freeze_count() > 0
+    finally:
+        loop.stop()
+        db.dispose()
+    assert gc.get_freeze_count() == 0
