@@ -54,3 +54,12 @@ def test_the_dominant_type_sets_the_share():
     fair.add("a", "H100", 10)
     fair.add("a", "A100", 5)
     assert fair.share("a") == pytest.approx(0.5 * 5 / 10 / 2.0)
+
+
+def test_a_share_read_before_a_change_is_read_again_after_it():
+    """Shares are remembered between changes (a walk reads them once per job)."""
+    fair = FairShare({"H100": 100}, {"a": 1.0, "b": 1.0}, half_life_s=3600.0)
+    assert fair.share("a") == 0.0 and fair.share("b") == 0.0
+    fair.add("a", "H100", 40)
+    assert fair.share("a") == pytest.approx(0.5 * 40 / 100)
+    assert fair.share("b") == 0.0

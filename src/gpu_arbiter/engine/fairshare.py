@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 
 class FairShare:
-    __slots__ = ("capacity", "weights", "alloc", "recent", "half_life", "updated")
+    __slots__ = ("capacity", "weights", "alloc", "recent", "half_life", "updated", "_shares")
 
     def __init__(
         self, capacity: Mapping[str, int], weights: Mapping[str, float], half_life_s: float
@@ -24,10 +24,13 @@ class FairShare:
         self.recent: dict[str, dict[str, float]] = {}
         self.half_life = half_life_s
         self.updated = 0.0
+        # Shares read since the last change: a walk reads a team's share once per job.
+        self._shares: dict[str, float] = {}
 
     def add(self, team: str, gpu_type: str, gpus: int) -> None:
         per = self.alloc.setdefault(team, {})
         per[gpu_type] = per.get(gpu_type, 0) + gpus
+        self._shares.pop(team, None)
 
     def decay_to(self, now: float) -> None:
         dt = now - self.updated
@@ -39,12 +42,17 @@ class FairShare:
             for t, g in per.items():
                 rec[t] = rec.get(t, 0.0) * keep + g * (1 - keep)
         self.updated = now
+        self._shares.clear()
 
     def share(self, team: str) -> float:
+        cached = self._shares.get(team)
+        if cached is not None:
+            return cached
         per = self.alloc.get(team, {})
         rec = self.recent.get(team, {})
         dominant = 0.0
         for t, cap in self.capacity.items():
             used = 0.5 * per.get(t, 0) + 0.5 * rec.get(t, 0.0)
             dominant = max(dominant, used / cap)
-        return dominant / self.weights.get(team, 1.0)
+        share = self._shares[team] = dominant / self.weights.get(team, 1.0)
+        return share
