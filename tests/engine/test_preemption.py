@@ -38,6 +38,17 @@ def test_tier2_victims_get_the_grace_and_the_preemptor_starts_only_once_they_sto
     assert sched.jobs["biz"].progress_s == 7210.0  # the checkpoint it was asked for kept it all
 
 
+def test_a_victim_that_finishes_during_its_grace_is_no_longer_waited_for():
+    sched = Scheduler(one_rack(nodes=1), [Team("a", quota={"H100": 4}), Team("b")])
+    sched.submit(job("biz", team="b", tier=2, gpus=8, duration=100.0), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("core", team="a", tier=1, gpus=4), 10.0)
+    assert "biz" in preempts(cycle(sched, 10.0))
+    sched.finished("biz", 100.0)
+    assert "biz" not in sched.pending_stops
+    assert "core" in starts(cycle(sched, 100.0))
+
+
 def test_gpus_held_for_a_preemptor_are_taken_by_nobody_else_during_the_grace():
     sched = Scheduler(one_rack(nodes=1), [Team("a", quota={"H100": 4}), Team("b")])
     sched.submit(job("biz", team="b", tier=2, gpus=6, duration=1e5), 0.0)

@@ -81,3 +81,32 @@ def test_a_tier1_request_admitted_at_tier2_is_not_counted_as_a_tier1_preemption(
     assert sim.sched.jobs["too-big"].tier == 2
     assert sim.sched.jobs["too-big"].preemptions == 1
     assert kpis["tier1_preempted"] == 0
+
+
+def test_a_tier2_victim_that_finishes_within_its_notice_completes_instead_of_stopping():
+    """x gets a 2 h stop notice at 900 s with 100 s of work left: it completes at 1000 s (no
+    work lost, not counted unfinished) and the tier-1 job starts on its GPUs then."""
+    specs = [
+        job("x", team="b", tier=2, gpus=8, duration=1000.0),
+        job("core", tier=1, gpus=8, duration=100.0, submit_s=900.0),
+    ]
+    sim = Simulator(one_node(), [], "arbiter", specs, QUIET)
+    result = sim.run()
+    by_id = {r.id: r for r in result.records}
+    assert by_id["x"].finished_at == 1000.0
+    assert by_id["x"].lost_gpu_s == 0.0
+    assert by_id["core"].queue_delay_s == 100.0
+    assert result.kpis["completed"] == 2
+    assert not sim.sched.pending_stops
+
+
+def test_a_tier2_victim_with_more_work_than_its_notice_stops_when_the_notice_ends():
+    grace = SimConfig().engine.tier2_grace_s
+    specs = [
+        job("x", team="b", tier=2, gpus=8, duration=grace * 3),
+        job("core", tier=1, gpus=8, duration=100.0, submit_s=10.0),
+    ]
+    result = simulate(one_node(), [], "arbiter", specs, QUIET)
+    by_id = {r.id: r for r in result.records}
+    assert by_id["core"].queue_delay_s == grace
+    assert by_id["x"].finished_at > grace * 3 + 100.0

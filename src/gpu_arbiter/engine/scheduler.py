@@ -205,6 +205,7 @@ class Scheduler:
         job.advance(now)
         job.close_segment(job.spec.duration_s)
         self._release(job)
+        self.pending_stops.pop(job_id, None)  # it may finish within a stop notice's grace
         job.state = JobState.COMPLETED
         job.finished_at = now
         self._victim_gone(job_id, now)

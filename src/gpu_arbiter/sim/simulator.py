@@ -178,20 +178,26 @@ class Simulator:
                 self.events.append(
                     {"t": now, "kind": "preemption", "job": job.id, "reason": d.reason}
                 )
-                self._bump(job.id)
-                if d.grace_s > 0:
-                    self._push(now + d.grace_s, STOP, job.id, self._version[job.id])
-                else:
+                v = self._bump(job.id)
+                if d.grace_s <= 0:
                     self._close(job, now)
+                elif (done := self._finish_time(job, now)) <= now + d.grace_s:
+                    self._push(done, FINISH, job.id, v)  # it completes within its notice
+                else:
+                    self._push(now + d.grace_s, STOP, job.id, v)
 
     def _all_done(self) -> bool:
         s = self.sched
         return len(s.jobs) == len(self.specs) and not (s.running or len(s.queue) or s.holds)
 
     def _schedule_finish(self, job: Job, now: float) -> None:
-        v = self._bump(job.id)
-        begin = max(now, job.stalled_until)
-        self._push(begin + job.remaining_s / job.rate, FINISH, job.id, v)
+        self._push(self._finish_time(job, now), FINISH, job.id, self._bump(job.id))
+
+    @staticmethod
+    def _finish_time(job: Job, now: float) -> float:
+        """When the running job completes if left alone from `now`."""
+        left = job.spec.duration_s - job.progress_at(now)
+        return max(now, job.stalled_until) + max(0.0, left) / job.rate
 
     def _bump(self, job_id: str) -> int:
         v = self._version.get(job_id, 0) + 1
