@@ -49,6 +49,20 @@ def test_a_victim_that_finishes_during_its_grace_is_no_longer_waited_for():
     assert "core" in starts(cycle(sched, 100.0))
 
 
+def test_the_tier2_victim_expected_to_end_soonest_is_noticed_even_if_it_has_more_unsaved_work():
+    """Waiting for "soon" alone is not enough (the gang needs 16 GPUs), so two are noticed:
+    "soon" frees its GPUs at 2000 s, long before the grace ends, at no cost to anyone."""
+    sched = Scheduler(one_rack(nodes=3), [Team("a", quota={"H100": 16}), Team("b")])
+    sched.submit(job("soon", team="b", tier=2, gpus=8, duration=2000.0, walltime_s=2000.0), 0.0)
+    cycle(sched, 0.0)
+    for i in range(2):
+        sched.submit(job(f"late{i}", team="b", tier=2, gpus=8, duration=1e5), 500.0)
+    cycle(sched, 500.0)
+    sched.submit(job("core", team="a", tier=1, gpus=16), 1000.0)
+    victims = set(preempts(cycle(sched, 1000.0)))
+    assert "soon" in victims and len(victims) == 2
+
+
 def test_gpus_held_for_a_preemptor_are_taken_by_nobody_else_during_the_grace():
     sched = Scheduler(one_rack(nodes=1), [Team("a", quota={"H100": 4}), Team("b")])
     sched.submit(job("biz", team="b", tier=2, gpus=6, duration=1e5), 0.0)

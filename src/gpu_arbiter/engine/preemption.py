@@ -9,14 +9,16 @@ Rules (Arbiter policy; baselines override `Policy.may_preempt`):
   cannot take another team's guaranteed GPUs just by having a higher tier.
 Tier-3 victims stop at once; tier-2 victims get the configured grace and a checkpoint request.
 
-Victims are chosen cheapest first: elastic jobs that can shrink, then tier 3 before tier 2,
-least work lost since the last checkpoint, borrowed before owned, youngest run. Lost work comes
-before borrowed-or-owned: where the preemptor may take either (`Policy.may_preempt`), taking a
-borrowed job that has run for days without a checkpoint instead of an owned one that started a
-minute ago throws the days away (on 0e4a51 with borrowed first: mean JCT 106.7 h, 18,664 GPU-h
-lost; lost first: 101.1 h, 16,986). Candidates are
-released tentatively in the capacity index until the gang fits; victims whose GPUs the gang does
-not use are then spared, and the index is restored — the plan changes nothing by itself.
+Victims are chosen cheapest first: elastic jobs that can shrink, then tier 3 before tier 2;
+among victims given notice, the one expected to end soonest by its walltime estimate (one that
+completes within its notice frees its GPUs then and loses nothing; past the grace they all wait
+the same); then least work lost since the last checkpoint, borrowed before owned, youngest run.
+Lost work comes before borrowed-or-owned: where the preemptor may take either
+(`Policy.may_preempt`), taking a borrowed job that has run for days without a checkpoint
+instead of an owned one that started a minute ago throws the days away (on 0e4a51 with
+borrowed first: mean JCT 106.7 h, 18,664 GPU-h lost; lost first: 101.1 h, 16,986). Candidates
+are released tentatively in the capacity index until the gang fits; victims whose GPUs the gang
+does not use are then spared, and the index is restored — the plan changes nothing by itself.
 """
 
 from __future__ import annotations
@@ -47,17 +49,19 @@ class PreemptionPlan:
 Option = tuple[tuple, Job, Allocation | None, Allocation, Allocation, bool]
 
 
-def victim_options(jobs: Iterable[Job], shrink: bool, now: float) -> list[Option]:
+def victim_options(jobs: Iterable[Job], shrink: bool, grace: float, now: float) -> list[Option]:
     """The running jobs in `jobs` as victim options, cheapest first (see the module doc): shrunk
-    to their minimum when `shrink` (jobs that cannot shrink are left out), else stopped."""
+    to their minimum when `shrink` (jobs that cannot shrink are left out), else stopped, with
+    `grace` seconds of notice."""
     options = []
     for v in jobs:
         alloc = v.allocation
         kept = shrunk_allocation(v) if shrink else None
         if shrink and kept is None:
             continue
+        wait = min(max(0.0, v.expected_end_at - now), grace) if grace > 0 else 0.0
         lost = v.unsaved_at(now) * alloc.gpus
-        key = (-int(v.tier), lost, not v.borrowed, -(v.started_at or 0.0), v.seq)
+        key = (-int(v.tier), wait, lost, not v.borrowed, -(v.started_at or 0.0), v.seq)
         part = alloc if kept is None else _difference(alloc, kept)
         options.append((key, v, kept, part, alloc, v.borrowed))
     options.sort(key=_first)

@@ -804,15 +804,17 @@ class Scheduler:
         only options still current, so a plan needing a few victims looks at a few."""
         tiers = self.policy.victim_tiers(job, within)
         if self.policy.elastic and self.elastic_running:
-            yield self._victim_list(ctx, t, "shrink", now)
+            yield self._victim_list(ctx, t, "shrink", 0.0, now)
         for k in tiers:
             if at_once and self._grace_of_tier(k, job) > 0:
                 continue
             if self.running_by_tier[(t, k)]:
-                yield self._victim_list(ctx, t, k, now)
+                yield self._victim_list(ctx, t, k, self._grace_of_tier(k, job), now)
 
-    def _victim_list(self, ctx: _Cycle, t: str, group: int | str, now: float) -> list[Option]:
-        options = ctx.victims.get((t, group))
+    def _victim_list(
+        self, ctx: _Cycle, t: str, group: int | str, grace: float, now: float
+    ) -> list[Option]:
+        options = ctx.victims.get((t, group, grace))
         if options is None:
             if group == "shrink":
                 jobs = (v for v in self.elastic_running.values() if v.allocation.gpu_type == t)
@@ -822,7 +824,7 @@ class Scheduler:
                     for v in self.running_by_tier[(t, group)].values()
                     if not (self.policy.elastic and v.spec.is_elastic and shrunk_allocation(v))
                 )
-            ctx.victims[(t, group)] = options = victim_options(
+            ctx.victims[(t, group, grace)] = options = victim_options(
                 (
                     v
                     for v in jobs
@@ -830,6 +832,7 @@ class Scheduler:
                     and v.spec.gpu_milli == 1000  # shared GPUs are not freed by one tenant
                 ),
                 group == "shrink",
+                grace,
                 now,
             )
         return options
