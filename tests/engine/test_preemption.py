@@ -1,5 +1,7 @@
 """Who is stopped to make room (S1, S2, S8): tiers, grace, reclaim, and the power victims free."""
 
+import pytest
+
 from gpu_arbiter.domain import Team, Tier
 from gpu_arbiter.engine import Scheduler
 from tests.conftest import job
@@ -153,3 +155,30 @@ def test_a_victim_that_frees_only_power_is_stopped_too():
     decisions = cycle(sched, 10.0)
     assert "core" in starts(decisions)
     assert set(preempts(decisions)) == {"x4"}
+
+
+@pytest.mark.parametrize(
+    ("tier", "a100_free_at", "preempted"), [(2, 600.0, False), (2, 7200.0, True), (1, 600.0, True)]
+)
+def test_a_job_waits_for_a_slower_type_instead_of_giving_notice_when_it_finishes_no_later(
+    tier, a100_free_at, preempted
+):
+    """Notice on the H100s means starting after the 2 h grace: 7200 + 3600 s. The A100s free up
+    at `a100_free_at`, where the job runs at half speed: starting at 600 s and ending at
+    600 + 7200 s is no later, so it waits there and nobody is stopped; 7200 + 7200 s is later,
+    so biz gets its notice. A tier-1 job never waits on estimates (S1 queueing target)."""
+    c = cluster(
+        {"name": "fast", "nodes": 1, "gpu_type": "H100"},
+        {"name": "slow", "nodes": 1, "gpu_type": "A100"},
+    )
+    sched = Scheduler(c, [Team("a", quota={"H100": 8, "A100": 8}), Team("b")])
+    sched.submit(job("biz", team="b", tier=2, gpus=8, duration=1e5, gpu_types={"H100": 1.0}), 0.0)
+    end = {"duration": a100_free_at, "walltime_s": a100_free_at, "gpu_types": {"A100": 1.0}}
+    sched.submit(job("soon", team="b", tier=2, gpus=8, **end), 0.0)
+    cycle(sched, 0.0)
+    speeds = {"H100": 1.0, "A100": 0.5}
+    sched.submit(job("mine", tier=tier, gpus=8, walltime_s=3600.0, gpu_types=speeds), 10.0)
+    assert ("biz" in preempts(cycle(sched, 10.0))) is preempted
+    if not preempted:
+        sched.finished("soon", a100_free_at)
+        assert starts(cycle(sched, a100_free_at))["mine"].allocation.gpu_type == "A100"

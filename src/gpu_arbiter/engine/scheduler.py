@@ -87,8 +87,10 @@ class _Cycle:
     high_power: dict[int, int] = field(default_factory=dict)
     blocked_types: set[str] = field(default_factory=set)
     stranded_types: set[str] = field(default_factory=set)
+    waiting: dict[str, int] = field(default_factory=dict)  # GPUs blocked jobs want, by type
     stop: bool = False
     timely: bool = False  # the job being looked at met a rule that can change with time alone
+    wait_on: str | None = None  # the type the job being looked at waits for, if not its fastest
     retry: bool = False  # a per-cycle limit (power stagger) held a job back: look again next cycle
 
 
@@ -448,6 +450,7 @@ class Scheduler:
         if blocked is not None and self._still_blocked(job, blocked, now, ctx):
             return False
         ctx.timely = False
+        ctx.wait_on = None
         ctx.scopes.clear()
         spec = job.spec
         types = self._candidate_types(job)
@@ -554,19 +557,18 @@ class Scheduler:
         ctx: _Cycle,
         hopeless: tuple | None = None,
     ) -> None:
-        """A try found no start: note the types it is blocked on (stranded where enough GPUs
-        were free), reserve the first type's GPUs for it if none are reserved (or stop the
-        walk, for strict order) and remember the failure unless time alone can change it
-        (by what it was blocked on, or by what can end its `hopeless` wait)."""
-        for t in types:
-            ctx.blocked_types.add(t)
-            if self.index.type_free[t] >= n:
-                ctx.stranded_types.add(t)
+        """A try found no start: note the types it is blocked on, reserve the GPUs of the type
+        it waits for (its fastest, unless the preemption step chose another) if none are
+        reserved there (or stop the walk, for strict order) and remember the failure unless
+        time alone can change it (by what it was blocked on, or by what can end its `hopeless`
+        wait)."""
+        self._note_blocked(types, n, ctx)
         if self.policy.backfill == "none":
             ctx.stop = True
-        elif self.policy.backfill == "reserve" and types and types[0] not in ctx.reservations:
-            t = types[0]
-            ctx.reservations[t] = self._reservation_for(job, t, n, now)
+        elif self.policy.backfill == "reserve" and types:
+            t = ctx.wait_on or types[0]
+            if t not in ctx.reservations:
+                ctx.reservations[t] = self._reservation_for(job, t, n, now)
         if self.policy.incremental and not ctx.timely:
             self._blocked[job.id] = hopeless or self._blocked_stamp(job, now)
 
@@ -596,11 +598,17 @@ class Scheduler:
         elif self._blocked_stamp(job, now) != stamp:
             return False
         n = start_sizes(job.spec, self.policy.elastic)[-1]  # the smallest a try would ask for
+        self._note_blocked(types, n, ctx)
+        return True
+
+    def _note_blocked(self, types: list[str], n: int, ctx: _Cycle) -> None:
+        """A job wanting `n` GPUs is blocked on these types: they count as stranded where
+        enough GPUs are free, and its GPUs as wanted ahead of anybody walked after it."""
         for t in types:
             ctx.blocked_types.add(t)
+            ctx.waiting[t] = ctx.waiting.get(t, 0) + n
             if self.index.type_free[t] >= n:
                 ctx.stranded_types.add(t)
-        return True
 
     def _reservation_for(self, job: Job, gpu_type: str, n: int, now: float) -> Reservation:
         """The EASY reservation of a blocked job. When enough GPUs of the type are free by count
@@ -695,16 +703,49 @@ class Scheduler:
                 ctx.timely = True  # the victims' unsaved work and the wait change with time
                 continue
             if deferred is None and self._plan_grace(job, plan) > 0:
-                deferred = (plan, within)  # a plan that starts at once, on another type, first
+                deferred = (plan, within, t)  # a plan that starts at once, on another type, first
                 continue
             if deferred is not None and self._plan_grace(job, plan) > 0:
                 continue
             self._execute(job, plan, within, now, ctx)
             return True
-        if deferred is not None:
-            self._execute(job, deferred[0], deferred[1], now, ctx)
-            return True
-        return False
+        if deferred is None:
+            return False
+        plan, within, t = deferred
+        ctx.wait_on = self._wait_elsewhere(job, types, t, n, plan, now, ctx)
+        if ctx.wait_on is not None:
+            ctx.timely = True  # the expected ends and the notice's end move with time
+            return False
+        self._execute(job, plan, within, now, ctx)
+        return True
+
+    def _wait_elsewhere(
+        self,
+        job: Job,
+        types: list[str],
+        gpu_type: str,
+        n: int,
+        plan: PreemptionPlan,
+        now: float,
+        ctx: _Cycle,
+    ) -> str | None:
+        """Another accepted type on which the job, by walltime estimates, both starts and
+        finishes no later by waiting than it would after giving the plan's victims on
+        `gpu_type` their notice: running jobs there free `n` GPUs, beyond those the jobs
+        already waiting there want, before the notice ends. Then nobody is stopped and the job
+        waits for that type (the fastest such). None without estimates to compare, and for
+        tier 1: its queueing target (S1) is not traded against estimates that may slip."""
+        runtime = self._est_runtime(job, gpu_type, n)
+        if math.isinf(runtime) or job.tier == Tier.CORE:
+            return None
+        start_here = now + self._plan_wait(job, plan, now)
+        for t in types:
+            if t == gpu_type or not self._admissible(job, t, n):
+                continue
+            start = self.shadow_time(t, n + ctx.waiting.get(t, 0), now)
+            if start <= start_here and start + self._est_runtime(job, t, n) <= start_here + runtime:
+                return t
+        return None
 
     def _preempt_scope(self, job: Job, gpu_type: str, n: int) -> tuple[bool, bool] | None:
         """None where the job may not preempt for `n` GPUs of the type (no preemption, or a
@@ -838,9 +879,22 @@ class Scheduler:
         return options
 
     def _plan_grace(self, job: Job, plan: PreemptionPlan) -> float:
-        """How long the job waits for the plan's victims: the longest grace among them."""
+        """How long the job waits for the plan's victims at most: the longest grace among
+        them."""
         return max(
             (self._grace(v.job, job) for v in plan.victims if v.shrink_to is None), default=0.0
+        )
+
+    def _plan_wait(self, job: Job, plan: PreemptionPlan, now: float) -> float:
+        """How long the job is expected to wait for the plan's victims: each stops when its
+        grace ends or, if its walltime estimate says so, completes before."""
+        return max(
+            (
+                min(self._grace(v.job, job), max(0.0, v.job.expected_end_at - now))
+                for v in plan.victims
+                if v.shrink_to is None
+            ),
+            default=0.0,
         )
 
     def _worth_the_lost_work(
