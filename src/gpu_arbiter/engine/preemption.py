@@ -59,13 +59,19 @@ def victim_options(jobs: Iterable[Job], shrink: bool, grace: float, now: float) 
         kept = shrunk_allocation(v) if shrink else None
         if shrink and kept is None:
             continue
-        wait = min(max(0.0, v.expected_end_at - now), grace) if grace > 0 else 0.0
+        wait = notice_wait(v, grace, now)
         lost = v.unsaved_at(now) * alloc.gpus
         key = (-int(v.tier), wait, lost, not v.borrowed, -(v.started_at or 0.0), v.seq)
         part = alloc if kept is None else _difference(alloc, kept)
         options.append((key, v, kept, part, alloc, v.borrowed))
     options.sort(key=_first)
     return options
+
+
+def notice_wait(victim: Job, grace: float, now: float) -> float:
+    """How long a victim given `grace` seconds of notice at `now` is expected to keep its GPUs:
+    until the notice ends or, if its walltime estimate says so, it completes before."""
+    return min(grace, max(0.0, victim.expected_end_at - now))
 
 
 def plan_preemption(

@@ -46,7 +46,13 @@ from gpu_arbiter.engine.memo import FailureMemo
 from gpu_arbiter.engine.ordering import PendingQueue
 from gpu_arbiter.engine.placement import Request, gpus_to_mask, place
 from gpu_arbiter.engine.policy import Policy, get_policy
-from gpu_arbiter.engine.preemption import Option, PreemptionPlan, plan_preemption, victim_options
+from gpu_arbiter.engine.preemption import (
+    Option,
+    PreemptionPlan,
+    notice_wait,
+    plan_preemption,
+    victim_options,
+)
 from gpu_arbiter.engine.sharing import SharedGpus
 from gpu_arbiter.engine.spares import HotSpares
 
@@ -886,11 +892,10 @@ class Scheduler:
         )
 
     def _plan_wait(self, job: Job, plan: PreemptionPlan, now: float) -> float:
-        """How long the job is expected to wait for the plan's victims: each stops when its
-        grace ends or, if its walltime estimate says so, completes before."""
+        """How long the job is expected to wait for the plan's victims (`notice_wait`)."""
         return max(
             (
-                min(self._grace(v.job, job), max(0.0, v.job.expected_end_at - now))
+                notice_wait(v.job, self._grace(v.job, job), now)
                 for v in plan.victims
                 if v.shrink_to is None
             ),
