@@ -63,6 +63,7 @@ def test_same_seed_same_result_apart_from_wall_time():
         (("--workload", "synthetic:0"), "N must be > 0"),
         (("--workload", "synthetic:-3"), "N must be > 0"),
         (("--cluster", "no-such-preset"), "unknown cluster"),
+        (("--notice-stop", "-5"), "--notice-stop must be a number of seconds >= 0"),
     ],
 )
 def test_bad_input_is_one_line_and_non_zero(args, message):

@@ -50,7 +50,7 @@ def test_finish_times_count_the_lost_work_and_the_restart():
 
 
 def test_a_grace_keeps_the_progress_made_while_waiting_it_out():
-    _, move = finish_times(1000.0, 0.5, 0.0, 0.25, 1.0, 60.0, grace_s=400.0, duration_ref=1000.0)
+    _, move = finish_times(1000.0, 0.5, 0.0, 0.25, 1.0, 60.0, notice_s=400.0, duration_ref=1000.0)
     assert move == pytest.approx(400.0 + 60.0 + 400.0)  # 100 of the 500 left done meanwhile
 
 

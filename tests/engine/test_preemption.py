@@ -3,7 +3,7 @@
 import pytest
 
 from gpu_arbiter.domain import Team, Tier
-from gpu_arbiter.engine import Scheduler
+from gpu_arbiter.engine import EngineConfig, Scheduler
 from tests.conftest import job
 from tests.engine.helpers import cluster, cycle, preempts, resizes, starts
 
@@ -52,9 +52,14 @@ def test_a_victim_that_finishes_during_its_grace_is_no_longer_waited_for():
 
 
 def test_the_tier2_victim_expected_to_end_soonest_is_noticed_even_if_it_has_more_unsaved_work():
-    """Waiting for "soon" alone is not enough (the gang needs 16 GPUs), so two are noticed:
-    "soon" frees its GPUs at 2000 s, long before the grace ends, at no cost to anyone."""
-    sched = Scheduler(one_rack(nodes=3), [Team("a", quota={"H100": 16}), Team("b")])
+    """Where jobs run on until their grace ends (`notice_stop_s` = the grace): waiting for
+    "soon" alone is not enough (the gang needs 16 GPUs), so two are noticed: "soon" frees its
+    GPUs at 2000 s, long before the grace ends, at no cost to anyone."""
+    sched = Scheduler(
+        one_rack(nodes=3),
+        [Team("a", quota={"H100": 16}), Team("b")],
+        config=EngineConfig(notice_stop_s=7200.0),
+    )
     sched.submit(job("soon", team="b", tier=2, gpus=8, duration=2000.0, walltime_s=2000.0), 0.0)
     cycle(sched, 0.0)
     for i in range(2):
@@ -158,20 +163,29 @@ def test_a_victim_that_frees_only_power_is_stopped_too():
 
 
 @pytest.mark.parametrize(
-    ("tier", "a100_free_at", "preempted"), [(2, 600.0, False), (2, 7200.0, True), (1, 600.0, True)]
+    ("tier", "a100_free_at", "notice_stop_s", "preempted"),
+    [
+        (2, 600.0, 7200.0, False),
+        (2, 7200.0, 7200.0, True),
+        (1, 600.0, 7200.0, True),
+        (2, 600.0, 60.0, True),
+    ],
 )
 def test_a_job_waits_for_a_slower_type_instead_of_giving_notice_when_it_finishes_no_later(
-    tier, a100_free_at, preempted
+    tier, a100_free_at, notice_stop_s, preempted
 ):
-    """Notice on the H100s means starting after the 2 h grace: 7200 + 3600 s. The A100s free up
-    at `a100_free_at`, where the job runs at half speed: starting at 600 s and ending at
-    600 + 7200 s is no later, so it waits there and nobody is stopped; 7200 + 7200 s is later,
-    so biz gets its notice. A tier-1 job never waits on estimates (S1 queueing target)."""
+    """Where victims run on until their 2 h grace ends, notice on the H100s means starting at
+    7200 s and ending 3600 s later. The A100s free up at `a100_free_at`, where the job runs at
+    half speed: starting at 600 s and ending at 600 + 7200 s is no later, so it waits there and
+    nobody is stopped; 7200 + 7200 s is later, so biz gets its notice. Where victims save and
+    stop within a minute, the notice wins. A tier-1 job never waits on estimates (S1 queueing
+    target)."""
     c = cluster(
         {"name": "fast", "nodes": 1, "gpu_type": "H100"},
         {"name": "slow", "nodes": 1, "gpu_type": "A100"},
     )
-    sched = Scheduler(c, [Team("a", quota={"H100": 8, "A100": 8}), Team("b")])
+    teams = [Team("a", quota={"H100": 8, "A100": 8}), Team("b")]
+    sched = Scheduler(c, teams, config=EngineConfig(notice_stop_s=notice_stop_s))
     sched.submit(job("biz", team="b", tier=2, gpus=8, duration=1e5, gpu_types={"H100": 1.0}), 0.0)
     end = {"duration": a100_free_at, "walltime_s": a100_free_at, "gpu_types": {"A100": 1.0}}
     sched.submit(job("soon", team="b", tier=2, gpus=8, **end), 0.0)

@@ -5,6 +5,7 @@ import pytest
 
 from gpu_arbiter.domain import Team
 from gpu_arbiter.domain.presets import small
+from gpu_arbiter.engine import EngineConfig
 from gpu_arbiter.sim import SimConfig, Simulator, simulate
 from gpu_arbiter.traces.synthetic import synthetic_teams, synthetic_workload
 from tests.conftest import job
@@ -83,30 +84,46 @@ def test_a_tier1_request_admitted_at_tier2_is_not_counted_as_a_tier1_preemption(
     assert kpis["tier1_preempted"] == 0
 
 
-def test_a_tier2_victim_that_finishes_within_its_notice_completes_instead_of_stopping():
-    """x gets a 2 h stop notice at 900 s with 100 s of work left: it completes at 1000 s (no
-    work lost, not counted unfinished) and the tier-1 job starts on its GPUs then."""
+# Jobs that save and stop soon after their notice (the default, as the SDK does) and jobs
+# that run on until their grace ends (`notice_stop_s` = the grace).
+SAVES_SOON = QUIET
+RUNS_TO_THE_END = SimConfig(
+    economy=None, reliability=None, engine=EngineConfig(notice_stop_s=QUIET.engine.tier2_grace_s)
+)
+
+
+@pytest.mark.parametrize(
+    ("config", "left_s"), [(SAVES_SOON, 30.0), (RUNS_TO_THE_END, 30.0), (RUNS_TO_THE_END, 100.0)]
+)
+def test_a_tier2_victim_that_finishes_before_it_would_stop_completes_instead(config, left_s):
+    """x gets a stop notice with `left_s` of work left, less than it would run on for: it
+    completes then (no work lost, not counted unfinished) and the tier-1 job starts on its GPUs
+    then."""
     specs = [
         job("x", team="b", tier=2, gpus=8, duration=1000.0),
-        job("core", tier=1, gpus=8, duration=100.0, submit_s=900.0),
+        job("core", tier=1, gpus=8, duration=100.0, submit_s=1000.0 - left_s),
     ]
-    sim = Simulator(one_node(), [], "arbiter", specs, QUIET)
+    sim = Simulator(one_node(), [], "arbiter", specs, config)
     result = sim.run()
     by_id = {r.id: r for r in result.records}
     assert by_id["x"].finished_at == 1000.0
     assert by_id["x"].lost_gpu_s == 0.0
-    assert by_id["core"].queue_delay_s == 100.0
+    assert by_id["core"].queue_delay_s == left_s
     assert result.kpis["completed"] == 2
     assert not sim.sched.pending_stops
 
 
-def test_a_tier2_victim_with_more_work_than_its_notice_stops_when_the_notice_ends():
-    grace = SimConfig().engine.tier2_grace_s
+@pytest.mark.parametrize("config", [SAVES_SOON, RUNS_TO_THE_END])
+def test_a_tier2_victim_with_more_work_stops_when_it_has_saved_or_its_grace_ends(config):
+    """The preemptor waits as long as the victim runs on after its notice: until it has saved
+    (`notice_stop_s`, 60 s by default) or, for a job that runs until it is killed, the grace."""
+    grace = config.engine.tier2_grace_s
     specs = [
         job("x", team="b", tier=2, gpus=8, duration=grace * 3),
         job("core", tier=1, gpus=8, duration=100.0, submit_s=10.0),
     ]
-    result = simulate(one_node(), [], "arbiter", specs, QUIET)
+    result = simulate(one_node(), [], "arbiter", specs, config)
     by_id = {r.id: r for r in result.records}
-    assert by_id["core"].queue_delay_s == grace
+    assert by_id["core"].queue_delay_s == min(grace, config.engine.notice_stop_s)
+    assert by_id["x"].lost_gpu_s == 0.0  # the checkpoint it was asked for kept it all
     assert by_id["x"].finished_at > grace * 3 + 100.0

@@ -20,10 +20,17 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gpu_arbiter.cli.inputs import ARRIVAL_SCALE_HELP, CLUSTER_HELP, load_inputs
+from gpu_arbiter.cli.inputs import (
+    ARRIVAL_SCALE_HELP,
+    CLUSTER_HELP,
+    NOTICE_STOP_HELP,
+    NOTICE_STOP_S,
+    engine_config,
+    load_inputs,
+)
 from gpu_arbiter.domain import InvalidInput
 from gpu_arbiter.engine.policies import POLICIES
-from gpu_arbiter.sim import SimResult, simulate
+from gpu_arbiter.sim import SimConfig, SimResult, simulate
 from gpu_arbiter.sim.report import BenchSource, write_bench
 
 DEFAULT_POLICIES = ",".join(POLICIES)
@@ -95,9 +102,11 @@ def bench(
     strict: Annotated[bool, typer.Option(help="Fail on the first bad trace row.")] = False,
     limit: Annotated[int | None, typer.Option(help="Read at most this many trace jobs.")] = None,
     arrival_scale: Annotated[float, typer.Option(help=ARRIVAL_SCALE_HELP)] = 1.0,
+    notice_stop: Annotated[float, typer.Option(help=NOTICE_STOP_HELP)] = NOTICE_STOP_S,
 ) -> None:
     """Compare policies on one workload: results.json, report.md, records and plots in --out."""
     names = parse_policies(policies)
+    config = SimConfig(engine=engine_config(notice_stop))
     inputs = load_inputs(
         cluster or default_cluster(trace, fmt),
         workload,
@@ -123,7 +132,7 @@ def bench(
         task = progress.add_task("simulating", total=len(names))
         for name in names:
             progress.update(task, description=f"simulating {name}")
-            results[name] = simulate(inputs.cluster, inputs.teams, name, inputs.jobs)
+            results[name] = simulate(inputs.cluster, inputs.teams, name, inputs.jobs, config)
             progress.advance(task)
     source = BenchSource(
         workload=str(trace) if trace is not None else workload,

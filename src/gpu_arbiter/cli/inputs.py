@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gpu_arbiter.domain import Cluster, InvalidInput, JobSpec, Team, default_teams
 from gpu_arbiter.domain.config_files import first_error, read_yaml_mapping
 from gpu_arbiter.domain.presets import PRESETS, resolve_cluster
+from gpu_arbiter.engine import EngineConfig
 from gpu_arbiter.traces.alibaba import alibaba_cluster
 from gpu_arbiter.traces.base import ReadStats, TraceOptions
 from gpu_arbiter.traces.gavel import gavel_cluster
@@ -73,6 +74,21 @@ def cluster_for(name: str, trace: Path | None = None) -> Cluster:
     if name.startswith("tiresias:"):
         return tiresias_cluster(name.removeprefix("tiresias:"))
     return resolve_cluster(name)
+
+
+NOTICE_STOP_S = EngineConfig().notice_stop_s
+NOTICE_STOP_HELP = (
+    "Seconds a job given a stop notice (tier 2) takes to save its checkpoint and stop; the grace "
+    "(2 h) is its deadline. Default: as long as a restart's restore. Set it to 7200 where jobs "
+    "ignore the notice and run until they are killed."
+)
+
+
+def engine_config(notice_stop_s: float) -> EngineConfig:
+    """The engine's defaults with the `--notice-stop` the options ask for."""
+    if not 0 <= notice_stop_s < math.inf:
+        raise InvalidInput(f"--notice-stop must be a number of seconds >= 0, got {notice_stop_s}")
+    return EngineConfig(notice_stop_s=notice_stop_s)
 
 
 ARRIVAL_SCALE_HELP = (

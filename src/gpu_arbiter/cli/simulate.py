@@ -17,6 +17,9 @@ from rich.table import Table
 from gpu_arbiter.cli.inputs import (
     ARRIVAL_SCALE_HELP,
     CLUSTER_HELP,
+    NOTICE_STOP_HELP,
+    NOTICE_STOP_S,
+    engine_config,
     load_inputs,
     load_teams,
     with_budget,
@@ -51,6 +54,7 @@ def simulate(
     strict: Annotated[bool, typer.Option(help="Fail on the first bad trace row.")] = False,
     limit: Annotated[int | None, typer.Option(help="Read at most this many trace jobs.")] = None,
     arrival_scale: Annotated[float, typer.Option(help=ARRIVAL_SCALE_HELP)] = 1.0,
+    notice_stop: Annotated[float, typer.Option(help=NOTICE_STOP_HELP)] = NOTICE_STOP_S,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     failures: Annotated[
         bool, typer.Option(help="Inject seeded node failures (F3); --no-failures turns them off.")
@@ -78,6 +82,7 @@ def simulate(
 ) -> None:
     """Simulate a workload on a cluster under a policy (event-driven, virtual clock)."""
     get_policy(policy)
+    engine_config(notice_stop)  # bad input fails before any trace is read
     if not budget_period_days > 0:
         raise InvalidInput(f"--budget-period-days must be > 0, got {budget_period_days}")
     inputs = load_inputs(cluster, workload, seed, load, trace, fmt, strict, limit, arrival_scale)
@@ -89,6 +94,7 @@ def simulate(
     if budget is not None:
         teams = with_budget(teams, budget)
     config = SimConfig(
+        engine=engine_config(notice_stop),
         economy=EconomyConfig(budget=BudgetPolicy(period_s=budget_period_days * 86_400.0)),
         reliability=reliability_config(seed, failures, afr, spares, breakers),
     )

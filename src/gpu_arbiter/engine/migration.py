@@ -18,13 +18,13 @@ Jobs without a walltime estimate are never moved (nothing to judge the gain by).
 
 Who may move: tier-3 jobs stop at once (S1) and restart on the free GPUs in the same cycle.
 Tier-2 jobs are owed notice: they are asked to checkpoint and stop within the tier-2 grace
-(`Scheduler.notice_stop`), keep running meanwhile, keep all their progress, and are queued
-again with the target type as their first choice (the GPUs are counted as promised, so no
-other move takes them; a pending job still may). For them, moving takes
-`grace + overhead + (what is left after the grace) / r'`. Tier-1 jobs are never preempted, and
-a move is a stop and a restart, so they never move. Fractional
-(S11) and inference jobs stay where they are. A job that started, or was resized, in this very
-cycle is not moved (the walk just chose its type). The move must respect the backfill
+(`Scheduler.notice_stop`), keep running until they have saved (`Scheduler.notice_s`), keep
+all their progress, and are queued again with the target type as their first choice (the GPUs
+are counted as promised, so no other move takes them; a pending job still may). For them,
+moving takes `notice + overhead + (what is left after the notice) / r'`. Tier-1 jobs are never
+preempted, and a move is a stop and a restart, so they never move. Fractional (S11) and
+inference jobs stay where they are. A job that started, or was resized, in this very cycle is
+not moved (the walk just chose its type). The move must respect the backfill
 reservation of the type it moves to (it must end before the reserved start or fit in the
 reservation's spare GPUs), so it never delays a blocked higher-priority job.
 
@@ -76,17 +76,17 @@ def finish_times(
     rate_now: float,
     rate_new: float,
     overhead_s: float,
-    grace_s: float = 0.0,
+    notice_s: float | None = None,
     duration_ref: float = math.inf,
 ) -> tuple[float, float]:
     """(stay, move): expected wall seconds to finish on the current allocation and after a
-    restart at `rate_new` from the saved share of the work, by the walltime estimate. With a
-    grace the job runs on where it is for `grace_s` first (at `rate_now`, its work being
-    `duration_ref`) and keeps all its progress."""
+    restart at `rate_new` from the saved share of the work, by the walltime estimate. A job
+    given notice (`notice_s` not None) runs on where it is for `notice_s` first (at `rate_now`,
+    its work being `duration_ref`), until it has saved, and keeps all its progress."""
     stay = walltime_ref * max(0.0, 1 - done) / rate_now if rate_now > 0 else math.inf
-    if grace_s > 0:
-        left = max(0.0, 1 - done - rate_now * grace_s / duration_ref)
-        return stay, grace_s + overhead_s + walltime_ref * left / rate_new
+    if notice_s is not None:
+        left = max(0.0, 1 - done - rate_now * notice_s / duration_ref)
+        return stay, notice_s + overhead_s + walltime_ref * left / rate_new
     move = overhead_s + walltime_ref * max(0.0, 1 - saved) / rate_new
     return stay, move
 
@@ -122,6 +122,7 @@ def candidate_moves(
         if tier == int(Tier.CORE):
             continue  # never: a move is a preemption
         grace = sched.cfg.tier2_grace_s if tier in rules.noticed_tiers else 0.0
+        runs_on = sched.notice_s(grace) if grace > 0 else None  # until it has saved
         for (gpu_type, k), jobs in sched.running_by_tier.items():
             if k != tier:
                 continue
@@ -146,7 +147,7 @@ def candidate_moves(
                         job.rate,
                         rate_new,
                         overhead,
-                        grace,
+                        runs_on,
                         job.spec.duration_s,
                     )
                     if worth_moving(stay, move, rules) and (best is None or move < best.move_s):

@@ -49,17 +49,17 @@ class PreemptionPlan:
 Option = tuple[tuple, Job, Allocation | None, Allocation, Allocation, bool]
 
 
-def victim_options(jobs: Iterable[Job], shrink: bool, grace: float, now: float) -> list[Option]:
+def victim_options(jobs: Iterable[Job], shrink: bool, notice: float, now: float) -> list[Option]:
     """The running jobs in `jobs` as victim options, cheapest first (see the module doc): shrunk
-    to their minimum when `shrink` (jobs that cannot shrink are left out), else stopped, with
-    `grace` seconds of notice."""
+    to their minimum when `shrink` (jobs that cannot shrink are left out), else stopped, each
+    expected to keep running for at most `notice` seconds after its notice (0: at once)."""
     options = []
     for v in jobs:
         alloc = v.allocation
         kept = shrunk_allocation(v) if shrink else None
         if shrink and kept is None:
             continue
-        wait = notice_wait(v, grace, now)
+        wait = notice_wait(v, notice, now)
         lost = v.unsaved_at(now) * alloc.gpus
         key = (-int(v.tier), wait, lost, not v.borrowed, -(v.started_at or 0.0), v.seq)
         part = alloc if kept is None else _difference(alloc, kept)
@@ -68,10 +68,11 @@ def victim_options(jobs: Iterable[Job], shrink: bool, grace: float, now: float) 
     return options
 
 
-def notice_wait(victim: Job, grace: float, now: float) -> float:
-    """How long a victim given `grace` seconds of notice at `now` is expected to keep its GPUs:
-    until the notice ends or, if its walltime estimate says so, it completes before."""
-    return min(grace, max(0.0, victim.expected_end_at - now))
+def notice_wait(victim: Job, notice: float, now: float) -> float:
+    """How long a victim given notice at `now` is expected to keep its GPUs: `notice` seconds
+    (the time it takes to save and stop, at most its grace) or, if its walltime estimate says
+    so, until it completes before."""
+    return min(notice, max(0.0, victim.expected_end_at - now))
 
 
 def plan_preemption(

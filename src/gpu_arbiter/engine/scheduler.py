@@ -856,12 +856,14 @@ class Scheduler:
             if at_once and self._grace_of_tier(k, job) > 0:
                 continue
             if self.running_by_tier[(t, k)]:
-                yield self._victim_list(ctx, t, k, self._grace_of_tier(k, job), now)
+                yield self._victim_list(ctx, t, k, self.notice_s(self._grace_of_tier(k, job)), now)
 
     def _victim_list(
-        self, ctx: _Cycle, t: str, group: int | str, grace: float, now: float
+        self, ctx: _Cycle, t: str, group: int | str, notice: float, now: float
     ) -> list[Option]:
-        options = ctx.victims.get((t, group, grace))
+        """The victim options of one group (`victim_options`), each expected to keep its GPUs
+        for at most `notice` seconds."""
+        options = ctx.victims.get((t, group, notice))
         if options is None:
             if group == "shrink":
                 jobs = (v for v in self.elastic_running.values() if v.allocation.gpu_type == t)
@@ -871,7 +873,7 @@ class Scheduler:
                     for v in self.running_by_tier[(t, group)].values()
                     if not (self.policy.elastic and v.spec.is_elastic and shrunk_allocation(v))
                 )
-            ctx.victims[(t, group, grace)] = options = victim_options(
+            ctx.victims[(t, group, notice)] = options = victim_options(
                 (
                     v
                     for v in jobs
@@ -879,7 +881,7 @@ class Scheduler:
                     and v.spec.gpu_milli == 1000  # shared GPUs are not freed by one tenant
                 ),
                 group == "shrink",
-                grace,
+                notice,
                 now,
             )
         return options
@@ -895,7 +897,7 @@ class Scheduler:
         """How long the job is expected to wait for the plan's victims (`notice_wait`)."""
         return max(
             (
-                notice_wait(v.job, self._grace(v.job, job), now)
+                notice_wait(v.job, self.notice_s(self._grace(v.job, job)), now)
                 for v in plan.victims
                 if v.shrink_to is None
             ),
@@ -975,10 +977,10 @@ class Scheduler:
         self, job: Job, gpu_type: str, n: int, now: float, ctx: _Cycle
     ) -> bool:
         """Whether running jobs are expected (by walltime estimates) to free `n` GPUs of the
-        type before a tier-2 victim's grace would end."""
+        type before a tier-2 victim given notice now would have stopped (`notice_s`)."""
         if job.spec.kind == JobKind.INFERENCE or not self.policy.tiers:
             return False  # victims of these stop at once anyway (`_grace`)
-        grace = self.cfg.tier2_grace_s
+        grace = self.notice_s(self.cfg.tier2_grace_s)
         if grace <= 0 or not (
             self.running_by_tier[(gpu_type, 2)] or self.borrowed_by_type[gpu_type]
         ):
@@ -1028,6 +1030,11 @@ class Scheduler:
             self._hold(job, plan.allocation, waiting)
         else:
             self._start(job, plan.allocation, now)
+
+    def notice_s(self, grace: float) -> float:
+        """How long a job given `grace` seconds of notice is expected to keep running: it saves
+        its checkpoint and stops (`EngineConfig.notice_stop_s`), and the grace is its deadline."""
+        return min(grace, self.cfg.notice_stop_s)
 
     def _grace(self, victim: Job, job: Job) -> float:
         return self._grace_of_tier(victim.tier, job)

@@ -181,10 +181,12 @@ class Simulator:
                 v = self._bump(job.id)
                 if d.grace_s <= 0:
                     self._close(job, now)
-                elif (done := self._finish_time(job, now)) <= now + d.grace_s:
-                    self._push(done, FINISH, job.id, v)  # it completes within its notice
                 else:
-                    self._push(now + d.grace_s, STOP, job.id, v)
+                    stop_at = now + min(d.grace_s, self.cfg.engine.notice_stop_s)
+                    if (done := self._finish_time(job, now)) <= stop_at:
+                        self._push(done, FINISH, job.id, v)  # it completes first
+                    else:
+                        self._push(stop_at, STOP, job.id, v)
 
     def _all_done(self) -> bool:
         s = self.sched
