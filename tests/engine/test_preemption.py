@@ -196,3 +196,29 @@ def test_a_job_waits_for_a_slower_type_instead_of_giving_notice_when_it_finishes
     if not preempted:
         sched.finished("soon", a100_free_at)
         assert starts(cycle(sched, a100_free_at))["mine"].allocation.gpu_type == "A100"
+
+
+@pytest.mark.parametrize(("notice_stop_s", "runs_on"), [(60.0, "H100"), (7200.0, "A100")])
+def test_a_tier1_job_gives_notice_on_the_fast_type_rather_than_start_on_a_much_slower_one(
+    notice_stop_s, runs_on
+):
+    """biz (tier 2, borrowing) fills the H100s; the A100s are free but 8x slower. When biz saves
+    and stops within a minute, core waits that minute for the H100s (within its 5 min queueing
+    target) instead of taking the A100s for good; when biz would run on for its 2 h grace,
+    core starts on the A100s at once."""
+    c = cluster(
+        {"name": "fast", "nodes": 1, "gpu_type": "H100"},
+        {"name": "slow", "nodes": 1, "gpu_type": "A100"},
+    )
+    teams = [Team("a", quota={"H100": 8, "A100": 8}), Team("b")]
+    sched = Scheduler(c, teams, config=EngineConfig(notice_stop_s=notice_stop_s))
+    sched.submit(job("biz", team="b", tier=2, gpus=8, duration=1e5, gpu_types={"H100": 1.0}), 0.0)
+    cycle(sched, 0.0)
+    speeds = {"H100": 1.0, "A100": 0.125}
+    sched.submit(job("core", tier=1, gpus=8, walltime_s=36000.0, gpu_types=speeds), 10.0)
+    decisions = cycle(sched, 10.0)
+    if runs_on == "H100":
+        assert preempts(decisions)["biz"].grace_s == 7200.0 and "core" not in starts(decisions)
+        sched.stopped("biz", 70.0)
+        decisions = cycle(sched, 70.0)
+    assert starts(decisions)["core"].allocation.gpu_type == runs_on

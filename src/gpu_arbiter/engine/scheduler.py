@@ -85,7 +85,7 @@ class Hold:
 class _Cycle:
     reservations: dict[str, Reservation] = field(default_factory=dict)
     victims: dict[tuple, list[Option]] = field(default_factory=dict)  # `_victim_groups`
-    dry_runs: dict[tuple, tuple[int, bool]] = field(default_factory=dict)
+    dry_runs: dict[tuple, tuple[int, float | None]] = field(default_factory=dict)
     scopes: dict[tuple, tuple[bool, bool] | None] = field(default_factory=dict)  # one try's
     shadows: dict[tuple[str, int], tuple[int, float]] = field(default_factory=dict)
     attempts: int = 0
@@ -778,31 +778,39 @@ class Scheduler:
         tier = int(job.tier)
         return (gpu_type, s.tp_size, s.max_racks, s.power_profile, tier, within, job.team, s.kind)
 
-    def can_preempt_at_once(self, job: Job, gpu_type: str, n: int, now: float) -> bool:
-        """Whether a plan exists now whose victims stop (or shrink) at once and that is worth
-        their lost work, by the preemption step's own rules (a dry run for policies, see
-        `engine.typechoice`; changes nothing). Remembered for the cycle while the type's
-        running set stays the same. Once the cycle has made its `max_preemption_attempts`
-        searches, no plan can be carried out before the next cycle: then the answer is no, so
-        a job is not held back from free GPUs of a slower type for a preemption it cannot make
-        (in a busy queue the same jobs at the head spend the budget every cycle)."""
+    def preemption_wait(self, job: Job, gpu_type: str, n: int, now: float) -> float | None:
+        """How long the job would wait for `n` GPUs of the type by preempting now, by the
+        preemption step's own rules (a dry run for policies, see `engine.typechoice`; changes
+        nothing): 0 for a plan whose victims stop (or shrink) at once and that is worth their
+        lost work, else the expected wait of a plan that gives notice (`_plan_wait`), else
+        None. Remembered for the cycle while the type's running set stays the same. Once the
+        cycle has made its `max_preemption_attempts` searches, no plan can be carried out
+        before the next cycle: then the answer is None, so a job is not held back from free
+        GPUs of a slower type for a preemption it cannot make (in a busy queue the same jobs at
+        the head spend the budget every cycle)."""
         ctx = self._ctx
         if ctx.attempts >= self.cfg.max_preemption_attempts:
-            return False
+            return None
         scope = self._preempt_scope(job, gpu_type, n)
         if scope is None or not scope[1]:
-            return False
+            return None
         within = scope[0]
         key = (self._preempt_sig(job, gpu_type, within), n)
         hit = ctx.dry_runs.get(key)
         if hit is not None and hit[0] == self._epoch[gpu_type]:
             return hit[1]
+        wait = None
         plan = self._plan(job, gpu_type, n, within, True, now, ctx, count=False)
-        ok = plan is not None and self._plan_grace(job, plan) == 0
-        if ok and self.policy.weigh_lost_work:
-            ok = self._worth_the_lost_work(job, plan, gpu_type, n, now)
-        ctx.dry_runs[key] = (self._epoch[gpu_type], ok)
-        return ok
+        if plan is not None and self._plan_grace(job, plan) == 0:
+            worth = not self.policy.weigh_lost_work
+            if worth or self._worth_the_lost_work(job, plan, gpu_type, n, now):
+                wait = 0.0
+        if wait is None:
+            plan = self._plan(job, gpu_type, n, within, False, now, ctx, count=False)
+            if plan is not None and self._plan_grace(job, plan) > 0:
+                wait = self._plan_wait(job, plan, now)
+        ctx.dry_runs[key] = (self._epoch[gpu_type], wait)
+        return wait
 
     def _plan(
         self,

@@ -2,22 +2,23 @@
 
 Walking accepted types fastest first and starting on the first with free GPUs puts a job that
 runs 6x slower on a K80 than on a V100 onto the K80 whenever the V100s are busy for a moment,
-and there it stays (a tier-1 job never moves again, a tier-2 job only after two hours' notice,
-see `engine.migration`).
+and there it stays (a tier-1 job never moves again, a tier-2 job only after a notice, see
+`engine.migration`).
 This step compares, for every accepted type `t`, the expected finish
 
     eta(t) = wait(t) + runtime(t)
 
 where `runtime` is the walltime estimate at the type's speed (`Scheduler._est_runtime`) and
-`wait` is 0 when enough GPUs are free, 0 when a preemption plan that stops its victims at once
-exists (a dry run of the scheduler's own victim rules and lost-work weighing), and otherwise
-the time until running jobs are expected to end (the EASY shadow time,
+`wait` is 0 when enough GPUs are free, and otherwise the sooner of: preempting (0 for a plan
+that stops its victims at once and is worth their lost work, or the expected wait of a plan
+that gives notice, whose victims save and stop within a minute or so, `Scheduler.notice_s`;
+dry runs of the scheduler's own victim rules) and running jobs ending (the EASY shadow time,
 `engine.backfill.reserve`). If the best type is free, the policy's order stands (Arbiter's
-comparative-advantage plan). If it is not free now, and its wait comes from preemption or is
-within the job's queueing target (`EngineConfig.queue_target_s`, by tier), the job is offered
-only the types whose eta is within `SLACK` of the best's: it preempts there, or waits under a
-reservation for the fast GPUs instead of taking slow ones. Otherwise (no estimate, a long
-wait) the types are offered as they were. Pure: it only reads the scheduler.
+comparative-advantage plan). If it is not free now and its wait is within the job's queueing
+target (`EngineConfig.queue_target_s`, by tier), the job is offered only the types whose eta
+is within `SLACK` of the best's: it preempts there, or waits under a reservation for the fast
+GPUs instead of taking slow ones. Otherwise (no estimate, a long wait) the types are offered
+as they were. Pure: it only reads the scheduler.
 """
 
 from __future__ import annotations
@@ -38,9 +39,11 @@ def wait_for(sched: Scheduler, job: Job, gpu_type: str, n: int, now: float) -> t
     free = sched.index.type_free[gpu_type]
     if free >= n:
         return 0.0, False
-    if sched.can_preempt_at_once(job, gpu_type, n, now):
-        return 0.0, True
-    return sched.shadow_time(gpu_type, n, now) - now, False
+    by_preempting = sched.preemption_wait(job, gpu_type, n, now)
+    by_ends = sched.shadow_time(gpu_type, n, now) - now
+    if by_preempting is not None and by_preempting <= by_ends:
+        return by_preempting, True
+    return by_ends, False
 
 
 def patient_types(sched: Scheduler, job: Job, types: list[str], now: float) -> list[str]:
@@ -63,6 +66,6 @@ def patient_types(sched: Scheduler, job: Job, types: list[str], now: float) -> l
     wait, by_preempting = waits[best]
     if wait == 0.0 and not by_preempting:
         return types  # the best type is free: the policy's order decides (its plan)
-    if not by_preempting and wait > sched.cfg.queue_target_s[int(job.tier) - 1]:
+    if wait > sched.cfg.queue_target_s[int(job.tier) - 1]:
         return types
     return [t for t in types if eta[t] <= eta[best] * SLACK]
