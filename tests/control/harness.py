@@ -53,15 +53,22 @@ def database(kind: str, tmp_path: Path) -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def wait_for(what: Callable[[], object], timeout_s: float = 60.0, every_s: float = 0.2) -> object:
-    """Poll until `what()` is truthy; its value, or a failure naming the timeout."""
+def wait_for(
+    what: Callable[[], object],
+    timeout_s: float = 60.0,
+    every_s: float = 0.2,
+    explain: Callable[[], str] | None = None,
+) -> object:
+    """Poll until `what()` is truthy; its value, or a failure naming the timeout and, with
+    `explain`, what it says about the state left behind."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = what()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"condition not met within {timeout_s} s")
+            detail = f": {explain()}" if explain is not None else ""
+            pytest.fail(f"condition not met within {timeout_s} s{detail}")
         time.sleep(every_s)
 
 

@@ -4,6 +4,7 @@ and after the restart running jobs are reconciled with the backend and the ledge
 from __future__ import annotations
 
 import threading
+from collections import Counter
 
 import httpx
 import pytest
@@ -82,13 +83,21 @@ def test_kill_9_during_a_burst_loses_no_acknowledged_job(db, tmp_path):
         survivor = c.job(long_id)
         assert survivor["state"] in ("running", "completed")
         assert survivor["restarts"] == 0 and survivor["preemptions"] == 0
+
+        def all_jobs() -> list[dict]:
+            return c.admin.get("/v1/jobs", params={"limit": 10000}).json()
+
+        def unfinished() -> str:
+            left = [j for j in all_jobs() if j["state"] != "completed"]
+            states = Counter(j["state"] for j in left)
+            sample = ", ".join(f"{j['id']} {j['state']}" for j in left[:5])
+            return f"{len(left)} not completed ({dict(states)}), e.g. {sample}"
+
         wait_for(
-            lambda: all(
-                j["state"] == "completed"
-                for j in c.admin.get("/v1/jobs", params={"limit": 10000}).json()
-            ),
+            lambda: all(j["state"] == "completed" for j in all_jobs()),
             timeout_s=240,
             every_s=0.5,
+            explain=unfinished,
         )
         ledger = c.admin.get("/v1/ledger", params={"limit": 100000}).json()
         assert [e["seq"] for e in ledger] == list(range(len(ledger)))

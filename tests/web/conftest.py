@@ -59,6 +59,18 @@ def _bench(out: Path) -> None:
     subprocess.run(cmd, check=True, capture_output=True, timeout=300)
 
 
+def _cancel_everything(admin: httpx.Client, jobs_dir: Path) -> None:
+    """Stop the jobs' `sleep 600` processes, which would outlive the server (jobs survive its
+    restarts): cancel every active job and wait for the local executor's exit-code file of each
+    that ran."""
+    active = admin.get("/v1/jobs", params={"state": "active", "limit": 10000}).json()
+    for j in active:
+        r = admin.post(f"/v1/jobs/{j['id']}/cancel")
+        assert r.status_code == 200, r.text
+    ran = [j["id"] for j in active if j["state"] == "running"]
+    wait_for(lambda: all((jobs_dir / f"{j}.rc").exists() for j in ran), timeout_s=30)
+
+
 @pytest.fixture(scope="session")
 def seeded(tmp_path_factory) -> Iterator[Seeded]:
     root = tmp_path_factory.mktemp("web")
@@ -124,6 +136,7 @@ def seeded(tmp_path_factory) -> Iterator[Seeded]:
 
         wait_for(costs_known)
         yield s
+        _cancel_everything(admin, root / "state" / "jobs")
     finally:
         agent.send_signal(signal.SIGTERM)
         agent.wait(timeout=30)
