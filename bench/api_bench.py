@@ -348,9 +348,10 @@ def main(argv: list[str] | None = None) -> None:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
+    # "\\[" keeps Rich from reading "[min-max]" as markup and dropping it.
     table = Table(
         title=f"API submissions on loopback ({os.cpu_count()} CPUs, {args.client} client, "
-        f"median of {args.repeat} fresh-server runs, [min-max])"
+        f"median of {args.repeat} fresh-server runs, \\[min-max])"
     )
     columns = ("database", "load", "jobs", "in flight", "submits/s", "p50 ms", "p99 ms")
     columns += ("max ms", "server CPU ms/submit", "errors")
