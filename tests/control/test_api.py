@@ -92,6 +92,21 @@ def test_a_bad_submission_is_refused_before_it_reaches_the_loop(live):
     assert len(live.admin.get("/v1/audit", params={"limit": 100000}).json()) == audit_before
 
 
+def test_an_inference_service_states_its_latency_slo_and_a_training_job_cannot(live):
+    _, a = team(live)
+    served = a.post("/v1/jobs", json=job_body(kind="inference", latency_slo_ms=50, tier=2))
+    assert served.status_code == 201, served.text
+    view = a.get(f"/v1/jobs/{served.json()['id']}").json()
+    assert view["kind"] == "inference" and view["latency_slo_ms"] == 50.0
+    audit_before = len(live.admin.get("/v1/audit", params={"limit": 100000}).json())
+    trained = a.post("/v1/jobs", json=job_body(latency_slo_ms=50))
+    assert trained.status_code == 422 and "latency_slo_ms" in trained.json()["detail"]
+    zero = a.post("/v1/jobs", json=job_body(kind="inference", latency_slo_ms=0))
+    assert zero.status_code == 422 and "latency_slo_ms" in zero.json()["detail"]
+    assert len(live.admin.get("/v1/audit", params={"limit": 100000}).json()) == audit_before
+    a.post(f"/v1/jobs/{served.json()['id']}/cancel")
+
+
 def test_resubmitting_with_the_same_idempotency_key_returns_the_same_job(live):
     _, a = team(live)
     first = a.post("/v1/jobs", json=job_body(), headers={"Idempotency-Key": "k1"})

@@ -36,6 +36,7 @@ class JobSubmit(_Strict):
     power_profile: Literal["normal", "high"] = "normal"
     gpu_milli: Annotated[int, Field(ge=1, le=1000)] = 1000
     kind: Literal["training", "inference"] = "training"
+    latency_slo_ms: Positive | None = None  # S9, inference only
     justification: Annotated[str, Field(max_length=2000)] | None = None
     data_locality: Name | None = None
     env: dict[Annotated[str, Field(pattern=_ENV_NAME, max_length=128)], str] = Field(
