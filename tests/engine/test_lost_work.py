@@ -1,4 +1,9 @@
-"""Arbiter weighs the work a preemption throws away against the preemptor's expected wait."""
+"""Arbiter weighs the work a preemption throws away against the preemptor's expected wait.
+
+A tier-3 victim of a tier-2 or tier-3 job is asked to save first (it stops within
+`EngineConfig.notice_stop_s` and loses nothing); only where jobs cannot save on notice
+(`notice_stop_s` = 0), and for a tier-1 preemptor (S1: at once), is unsaved work lost and
+weighed."""
 
 from gpu_arbiter.domain import Team
 from gpu_arbiter.engine import EngineConfig, Scheduler
@@ -12,8 +17,11 @@ def one_node():
     return cluster({"name": "r0", "nodes": 1, "power_cap_kw": 40.0})
 
 
+CANNOT_SAVE = EngineConfig(notice_stop_s=0.0)
+
+
 def borrowed_tier3(
-    walltime: float | None, checkpoint: float | None = None, config: EngineConfig | None = None
+    walltime: float | None, checkpoint: float | None = None, config: EngineConfig = CANNOT_SAVE
 ) -> Scheduler:
     sched = Scheduler(one_node(), TEAMS, config=config)
     spec = job("x", team="b", tier=3, gpus=8, duration=1e5, walltime_s=walltime)
@@ -87,6 +95,27 @@ def test_lost_work_counts_double_against_the_wait():
     sched = borrowed_tier3(walltime=3600.0)
     sched.submit(job("biz", team="a", tier=2, gpus=8), 1500.0)
     assert not preempts(cycle(sched, 1500.0))
-    once = borrowed_tier3(walltime=3600.0, config=EngineConfig(lost_work_weight=1.0))
+    once = borrowed_tier3(
+        walltime=3600.0, config=EngineConfig(notice_stop_s=0.0, lost_work_weight=1.0)
+    )
     once.submit(job("biz", team="a", tier=2, gpus=8), 1500.0)
     assert set(preempts(cycle(once, 1500.0))) == {"x"}
+
+
+def test_a_tier3_victim_of_a_tier2_job_saves_first_and_loses_nothing():
+    """Jobs that save on notice (the default): where x would lose 3000 s x 8 GPUs, biz gives it
+    a minute to save instead, starts once it has stopped, and x keeps all its work."""
+    sched = borrowed_tier3(walltime=3600.0, config=EngineConfig())
+    sched.submit(job("biz", team="a", tier=2, gpus=8), 3000.0)
+    order = preempts(cycle(sched, 3000.0))["x"]
+    assert order.grace_s == 60.0 and order.checkpoint
+    sched.stopped("x", 3060.0)
+    assert "biz" in starts(cycle(sched, 3060.0))
+    assert sched.jobs["x"].progress_s == 3060.0
+
+
+def test_a_tier1_job_still_stops_tier3_at_once():
+    sched = borrowed_tier3(walltime=None, config=EngineConfig())
+    sched.submit(job("core", team="a", tier=1, gpus=8), 1000.0)
+    decisions = cycle(sched, 1000.0)
+    assert preempts(decisions)["x"].grace_s == 0.0 and "core" in starts(decisions)

@@ -50,7 +50,7 @@ def test_a_job_with_no_way_to_start_is_remembered_until_gpus_free_up_on_its_type
     """Team a's tier-3 job asks for more than a's quota leaves it while the cluster is full, so
     it may neither be placed nor reclaim: remembered as hopeless. A small job of a's ending
     frees too few GPUs to place it, but puts it back within a's quota: it reclaims from team b's
-    borrowed job in that very cycle."""
+    borrowed job in that very cycle (which saves and stops within a minute)."""
     c = small()
     teams = [Team("a", quota={"H100": 32}), Team("b", quota={})]
     sched = Scheduler(c, teams, "arbiter")
@@ -67,5 +67,8 @@ def test_a_job_with_no_way_to_start_is_remembered_until_gpus_free_up_on_its_type
     assert sched._blocked["a-more"][0] == "hopeless"
     sched.finished("a-short", 5.0)
     result = sched.cycle(5.0)
-    assert sched.jobs["a-more"].state.value == "running"
     assert [d.job_id for d in result.decisions if isinstance(d, Preempt)] == ["b-borrower"]
+    assert "a-more" in sched.holds
+    sched.stopped("b-borrower", 65.0)
+    sched.cycle(65.0)
+    assert sched.jobs["a-more"].state.value == "running"

@@ -78,9 +78,10 @@ def cluster_for(name: str, trace: Path | None = None) -> Cluster:
 
 NOTICE_STOP_S = EngineConfig().notice_stop_s
 NOTICE_STOP_HELP = (
-    "Seconds a job given a stop notice (tier 2) takes to save its checkpoint and stop; the grace "
-    "(2 h) is its deadline. Default: as long as a restart's restore. Set it to 7200 where jobs "
-    "ignore the notice and run until they are killed."
+    "Seconds a job given a stop notice takes to save its checkpoint and stop; a tier-2 job's "
+    "grace (2 h) is its deadline, a tier-3 job (stopped for tier 2 or 3) gets just this long. "
+    "Default: as long as a restart's restore. 7200: jobs ignore the notice and run until they "
+    "are killed; 0: jobs cannot save on notice."
 )
 
 

@@ -7,7 +7,9 @@ Rules (Arbiter policy; baselines override `Policy.may_preempt`):
 - *priority*: a job may preempt a job of a lower tier (larger number) when it is within its
   quota, or the victim is borrowed, or both belong to the same team — a team beyond its quota
   cannot take another team's guaranteed GPUs just by having a higher tier.
-Tier-3 victims stop at once; tier-2 victims get the configured grace and a checkpoint request.
+Tier-2 victims get the configured grace and a checkpoint request; tier-3 victims stop at once
+for a tier-1 job and are otherwise asked to save first, within `EngineConfig.notice_stop_s`
+(`Scheduler._grace_of_tier`).
 
 Victims are chosen cheapest first: elastic jobs that can shrink, then tier 3 before tier 2;
 among victims given notice, the one expected to end soonest by its walltime estimate (one that

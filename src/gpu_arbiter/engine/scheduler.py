@@ -1048,11 +1048,14 @@ class Scheduler:
         return self._grace_of_tier(victim.tier, job)
 
     def _grace_of_tier(self, tier: int, job: Job) -> float:
-        """Tier 3 stops at once, tier 2 gets notice; an inference surge cannot wait (S9)."""
-        if not self.policy.tiers or tier == Tier.EXPLORATORY:
+        """The notice a victim of `tier` gets from `job`: tier 2 the grace (S1); tier 3 stops at
+        once for a tier-1 job (S1: within the cycle) and otherwise is asked to save first, with
+        the minute that takes as its deadline (`notice_stop_s`; the unsaved work it would lose
+        is worth more than the preemptor's minute); an inference surge cannot wait (S9)."""
+        if not self.policy.tiers or job.spec.kind == JobKind.INFERENCE:
             return 0.0
-        if job.spec.kind == JobKind.INFERENCE:
-            return 0.0
+        if tier == Tier.EXPLORATORY:
+            return 0.0 if job.tier == Tier.CORE else self.cfg.notice_stop_s
         return self.cfg.tier2_grace_s
 
     def _may_yield_to(self, job: Job, victim: Job) -> bool:
