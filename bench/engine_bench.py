@@ -12,7 +12,7 @@ import random
 import statistics
 import time
 
-from gpu_arbiter.domain import JobSpec, JobState, Tier
+from gpu_arbiter.domain import JobSpec, JobState, Preempt, Tier
 from gpu_arbiter.domain.presets import large, medium
 from gpu_arbiter.engine import Scheduler
 from gpu_arbiter.engine.placement import Request, pick_gpus, place
@@ -86,20 +86,31 @@ def loaded_scheduler(policy: str, running: int, pending: int, seed: int = 0) -> 
 
 
 def cycle_latency(policy: str, running: int, pending: int, cycles: int, seed: int = 0) -> dict:
-    """Steady state: each cycle follows one job finishing and one arriving, as in production."""
+    """Steady state: each cycle follows one job finishing and one arriving, as in production,
+    and the jobs given a stop notice report that they stopped once they have saved, as a driver
+    would (`Scheduler.notice_s`)."""
     sched = loaded_scheduler(policy, running, pending, seed)
     rng = random.Random(seed + 1)
     types = sorted(sched.cluster.gpus_by_type())
     times, decisions = [], 0
     now = 2.0
+    stops_due: dict[str, float] = {}
     for k in range(cycles):
-        victim = rng.choice(list(sched.running))
-        sched.finished(victim, now)
+        for job_id, due in list(stops_due.items()):
+            if due <= now:
+                del stops_due[job_id]
+                if job_id in sched.pending_stops:
+                    sched.stopped(job_id, now)
+        finished = rng.choice([j for j in sched.running if j not in sched.pending_stops])
+        sched.finished(finished, now)
         sched.submit(_job(10_000_000 + k, rng, types), now)
         t0 = time.perf_counter()
         result = sched.cycle(now)
         times.append(time.perf_counter() - t0)
         decisions += len(result.decisions)
+        for d in result.decisions:
+            if isinstance(d, Preempt) and d.grace_s > 0:
+                stops_due[d.job_id] = now + sched.notice_s(d.grace_s)
         now += 5.0
     times.sort()
     return {
