@@ -21,17 +21,24 @@ def two_types(nodes: int = 1):
     )
 
 
-def sched_with(policy=None, teams=()) -> Scheduler:
+# Jobs that cannot save on notice: a tier-3 job is moved at once and loses its unsaved work.
+CANNOT_SAVE = EngineConfig(notice_stop_s=0.0)
+
+
+def sched_with(policy=None, teams=(), config: EngineConfig = CANNOT_SAVE) -> Scheduler:
     """The scenarios below need a team's jobs walked in submission order (a blocker first)."""
-    return Scheduler(two_types(), list(teams), policy or ArbiterPolicy(shortest_first=False))
+    policy = policy or ArbiterPolicy(shortest_first=False)
+    return Scheduler(two_types(), list(teams), policy, config)
 
 
 QUOTA = [Team("a", quota={"H100": 8, "V100": 8})]
 
 
-def on_slow_type(tier: int = 3, duration: float = 1e4, **kw) -> Scheduler:
+def on_slow_type(
+    tier: int = 3, duration: float = 1e4, config: EngineConfig = CANNOT_SAVE, **kw
+) -> Scheduler:
     """`x` runs on the V100s because a tier-1 job with no end in sight holds the H100s."""
-    sched = sched_with(teams=QUOTA)
+    sched = sched_with(teams=QUOTA, config=config)
     sched.submit(job("blocker", tier=1, gpus=8, duration=1000.0, gpu_types=FAST_ONLY), 0.0)
     sched.submit(
         job("x", tier=tier, gpus=8, duration=duration, walltime_s=duration, gpu_types=FLEX, **kw),
@@ -65,6 +72,18 @@ def test_a_tier3_job_moves_to_the_fast_type_when_it_frees():
     assert x.progress_s == 0.0  # no checkpoint: its V100 work is lost, and worth losing
     assert x.stalled_until == 1000.0 + sched.cfg.restart_overhead_s
     assert sched.policy.next_wakeup(sched, 1000.0) == 1000.0  # the V100s go out at once
+
+
+def test_a_tier3_job_that_can_save_is_asked_to_and_moves_with_all_its_work():
+    """By default a job saves on notice: x gets a minute to save, keeps its V100 work (1000 s
+    at 0.25) and restarts on the H100s, which were promised to it meanwhile."""
+    sched = on_slow_type(config=EngineConfig())
+    sched.finished("blocker", 1000.0)
+    order = preempts(cycle(sched, 1000.0))["x"]
+    assert order.grace_s == sched.cfg.notice_stop_s and order.checkpoint
+    sched.stopped("x", 1060.0)
+    assert starts(cycle(sched, 1060.0))["x"].allocation.gpu_type == "H100"
+    assert sched.jobs["x"].progress_s == pytest.approx(265.0)  # 1060 s at 0.25, all kept
 
 
 def test_faster_types_follow_the_type_a_job_runs_on():

@@ -16,12 +16,14 @@ staying takes `W (1 - d) / r` and moving `overhead + W (1 - c) / r'`. A move is 
 at least `MoveRules.min_gain_s` and `MoveRules.min_gain_share` of the time staying would take.
 Jobs without a walltime estimate are never moved (nothing to judge the gain by).
 
-Who may move: tier-3 jobs stop at once (S1) and restart on the free GPUs in the same cycle.
-Tier-2 jobs are owed notice: they are asked to checkpoint and stop within the tier-2 grace
-(`Scheduler.notice_stop`), keep running until they have saved (`Scheduler.notice_s`), keep
-all their progress, and are queued again with the target type as their first choice (the GPUs
-are counted as promised, so no other move takes them; a pending job still may). For them,
-moving takes `notice + overhead + (what is left after the notice) / r'`. Tier-1 jobs are never
+Who may move: tier-2 and tier-3 jobs are asked to checkpoint and stop (`Scheduler.notice_stop`)
+within the tier-2 grace or, for tier 3, the minute a save takes (`EngineConfig.notice_stop_s`,
+as for a tier-3 victim of a tier-2 job), keep running until they have saved
+(`Scheduler.notice_s`), keep all their progress, and are queued again with the target type as
+their first choice (the GPUs are counted as promised, so no other move takes them; a pending
+job still may). For them, moving takes `notice + overhead + (what is left after the notice) /
+r'`. Where jobs cannot save on notice (`notice_stop_s` = 0), a tier-3 job is stopped at once,
+losing its unsaved work, and restarts on the free GPUs in the same cycle. Tier-1 jobs are never
 preempted, and a move is a stop and a restart, so they never move. Fractional (S11) and
 inference jobs stay where they are. A job that started, or was resized, in this very cycle is
 not moved (the walk just chose its type). The move must respect the backfill
@@ -52,8 +54,9 @@ class MoveRules:
     min_gain_s: float = 600.0  # a move must save at least this much wall time ...
     min_gain_share: float = 0.2  # ... and this share of the time staying would take
     max_moves: int = 16  # moves per cycle
-    tiers: tuple[int, ...] = (int(Tier.EXPLORATORY),)  # tiers that may be stopped at once
-    noticed_tiers: tuple[int, ...] = (int(Tier.BUSINESS),)  # tiers moved after a grace
+    tiers: tuple[int, ...] = ()  # tiers that may be stopped at once
+    # Tiers asked to save and stop first: tier 2 within its grace, tier 3 within a save's time.
+    noticed_tiers: tuple[int, ...] = (int(Tier.BUSINESS), int(Tier.EXPLORATORY))
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +124,9 @@ def candidate_moves(
     for tier in rules.tiers + rules.noticed_tiers:
         if tier == int(Tier.CORE):
             continue  # never: a move is a preemption
-        grace = sched.cfg.tier2_grace_s if tier in rules.noticed_tiers else 0.0
+        grace = 0.0
+        if tier in rules.noticed_tiers:
+            grace = sched.cfg.tier2_grace_s if tier == Tier.BUSINESS else sched.cfg.notice_stop_s
         runs_on = sched.notice_s(grace) if grace > 0 else None  # until it has saved
         for (gpu_type, k), jobs in sched.running_by_tier.items():
             if k != tier:

@@ -27,11 +27,12 @@ once on another accepted type is preferred to one that waits out a tier-2 grace.
 victims are taken by least work lost first, borrowed before owned only among equals
 (`engine.preemption`): without checkpoints a stop throws away everything since the start.
 
-After the walk, tier-3 jobs running on a slow type move onto a faster accepted type the walk
-left free when that is expected to finish them sooner, lost work and restart included
-(`engine.migration`, S7); the GPUs they leave go to pending jobs in the next cycle, at once.
-Tier-2 jobs move the same way after notice (checkpoint and stop within the tier-2 grace), and
-are started on the promised type when they are queued again. Tier-1 jobs never move.
+After the walk, tier-2 and tier-3 jobs running on a slow type move onto a faster accepted type
+the walk left free when that is expected to finish them sooner, the save and restart included
+(`engine.migration`, S7): they are asked to checkpoint and stop (tier 3 within the minute a
+save takes, tier 2 within its grace) and are started on the promised type when they are
+queued again. Where jobs cannot save on notice, a tier-3 job moves at once, its lost work
+counted. Tier-1 jobs never move.
 
 Before taking a slow type, a pending job compares its expected finish there with waiting for
 (or preempting on) a faster one (`engine.typechoice`): it waits only within its tier's queueing
