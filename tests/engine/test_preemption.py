@@ -162,6 +162,16 @@ def test_a_victim_that_frees_only_power_is_stopped_too():
     assert set(preempts(decisions)) == {"x4"}
 
 
+def fast_and_slow(notice_stop_s: float) -> Scheduler:
+    """A node of H100s and one of A100s; team a owns one of each, team b nothing."""
+    c = cluster(
+        {"name": "fast", "nodes": 1, "gpu_type": "H100"},
+        {"name": "slow", "nodes": 1, "gpu_type": "A100"},
+    )
+    teams = [Team("a", quota={"H100": 8, "A100": 8}), Team("b")]
+    return Scheduler(c, teams, config=EngineConfig(notice_stop_s=notice_stop_s))
+
+
 @pytest.mark.parametrize(
     ("tier", "a100_free_at", "notice_stop_s", "preempted"),
     [
@@ -180,12 +190,7 @@ def test_a_job_waits_for_a_slower_type_instead_of_giving_notice_when_it_finishes
     nobody is stopped; 7200 + 7200 s is later, so biz gets its notice. Where victims save and
     stop within a minute, the notice wins. A tier-1 job never waits on estimates (S1 queueing
     target)."""
-    c = cluster(
-        {"name": "fast", "nodes": 1, "gpu_type": "H100"},
-        {"name": "slow", "nodes": 1, "gpu_type": "A100"},
-    )
-    teams = [Team("a", quota={"H100": 8, "A100": 8}), Team("b")]
-    sched = Scheduler(c, teams, config=EngineConfig(notice_stop_s=notice_stop_s))
+    sched = fast_and_slow(notice_stop_s)
     sched.submit(job("biz", team="b", tier=2, gpus=8, duration=1e5, gpu_types={"H100": 1.0}), 0.0)
     end = {"duration": a100_free_at, "walltime_s": a100_free_at, "gpu_types": {"A100": 1.0}}
     sched.submit(job("soon", team="b", tier=2, gpus=8, **end), 0.0)
@@ -206,12 +211,7 @@ def test_a_tier1_job_gives_notice_on_the_fast_type_rather_than_start_on_a_much_s
     and stops within a minute, core waits that minute for the H100s (within its 5 min queueing
     target) instead of taking the A100s for good; when biz would run on for its 2 h grace,
     core starts on the A100s at once."""
-    c = cluster(
-        {"name": "fast", "nodes": 1, "gpu_type": "H100"},
-        {"name": "slow", "nodes": 1, "gpu_type": "A100"},
-    )
-    teams = [Team("a", quota={"H100": 8, "A100": 8}), Team("b")]
-    sched = Scheduler(c, teams, config=EngineConfig(notice_stop_s=notice_stop_s))
+    sched = fast_and_slow(notice_stop_s)
     sched.submit(job("biz", team="b", tier=2, gpus=8, duration=1e5, gpu_types={"H100": 1.0}), 0.0)
     cycle(sched, 0.0)
     speeds = {"H100": 1.0, "A100": 0.125}

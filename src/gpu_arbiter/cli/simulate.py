@@ -82,7 +82,7 @@ def simulate(
 ) -> None:
     """Simulate a workload on a cluster under a policy (event-driven, virtual clock)."""
     get_policy(policy)
-    engine_config(notice_stop)  # bad input fails before any trace is read
+    engine = engine_config(notice_stop)  # bad input fails before any trace is read
     if not budget_period_days > 0:
         raise InvalidInput(f"--budget-period-days must be > 0, got {budget_period_days}")
     inputs = load_inputs(cluster, workload, seed, load, trace, fmt, strict, limit, arrival_scale)
@@ -94,7 +94,7 @@ def simulate(
     if budget is not None:
         teams = with_budget(teams, budget)
     config = SimConfig(
-        engine=engine_config(notice_stop),
+        engine=engine,
         economy=EconomyConfig(budget=BudgetPolicy(period_s=budget_period_days * 86_400.0)),
         reliability=reliability_config(seed, failures, afr, spares, breakers),
     )

@@ -124,9 +124,7 @@ def candidate_moves(
     for tier in rules.tiers + rules.noticed_tiers:
         if tier == int(Tier.CORE):
             continue  # never: a move is a preemption
-        grace = 0.0
-        if tier in rules.noticed_tiers:
-            grace = sched.cfg.tier2_grace_s if tier == Tier.BUSINESS else sched.cfg.notice_stop_s
+        grace = sched.notice_of_tier(tier) if tier in rules.noticed_tiers else 0.0
         runs_on = sched.notice_s(grace) if grace > 0 else None  # until it has saved
         for (gpu_type, k), jobs in sched.running_by_tier.items():
             if k != tier:

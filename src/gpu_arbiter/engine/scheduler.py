@@ -696,7 +696,7 @@ class Scheduler:
             # Waiting out a tier-2 grace is not worth it when running jobs are expected to free
             # enough GPUs before the grace would end: then only victims that stop at once (tier
             # 3, shrinks) are considered, and without them the job waits under a reservation.
-            at_once = self._waiting_beats_grace(job, t, n, now, ctx)
+            at_once = self._waiting_beats_notice(job, t, n, now, ctx)
             if at_once:
                 sig += ("at once",)
                 if self._preempt_failed.failed(sig, n, stamp):
@@ -981,7 +981,7 @@ class Scheduler:
         clock = None if self.policy.incremental else now
         return (self._stamp(gpu_type), started, self._flips[gpu_type], clock)
 
-    def _waiting_beats_grace(
+    def _waiting_beats_notice(
         self, job: Job, gpu_type: str, n: int, now: float, ctx: _Cycle
     ) -> bool:
         """Whether running jobs are expected (by walltime estimates) to free `n` GPUs of the
@@ -1054,9 +1054,15 @@ class Scheduler:
         is worth more than the preemptor's minute); an inference surge cannot wait (S9)."""
         if not self.policy.tiers or job.spec.kind == JobKind.INFERENCE:
             return 0.0
-        if tier == Tier.EXPLORATORY:
-            return 0.0 if job.tier == Tier.CORE else self.cfg.notice_stop_s
-        return self.cfg.tier2_grace_s
+        if tier == Tier.EXPLORATORY and job.tier == Tier.CORE:
+            return 0.0
+        return self.notice_of_tier(tier)
+
+    def notice_of_tier(self, tier: int) -> float:
+        """The deadline of a stop notice to a job of `tier`: the tier-2 grace (S1), or for
+        tier 3 the time a save takes (`notice_stop_s`); also what a move gives a job
+        (`engine.migration`)."""
+        return self.cfg.notice_stop_s if tier == Tier.EXPLORATORY else self.cfg.tier2_grace_s
 
     def _may_yield_to(self, job: Job, victim: Job) -> bool:
         """S9: an inference job takes GPUs at once from offline work only: tier-3 or borrowed

@@ -182,7 +182,7 @@ class Simulator:
                 if d.grace_s <= 0:
                     self._close(job, now)
                 else:
-                    stop_at = now + min(d.grace_s, self.cfg.engine.notice_stop_s)
+                    stop_at = now + self.sched.notice_s(d.grace_s)
                     if (done := self._finish_time(job, now)) <= stop_at:
                         self._push(done, FINISH, job.id, v)  # it completes first
                     else:
