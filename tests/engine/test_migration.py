@@ -203,6 +203,47 @@ def test_a_tier1_job_preempts_tier3_on_the_fast_type_rather_than_start_slow():
     assert starts(decisions)["core"].allocation.gpu_type == "H100"
 
 
+THREE = {"H100": 1.0, "A100": 0.5, "V100": 0.1}  # 2x and 10x faster than on the V100s
+
+
+def three_types(teams, config: EngineConfig | None = None) -> Scheduler:
+    """One node each of H100, A100 and V100; team b's tier-3 job holds the A100s."""
+    topo = cluster(
+        *({"name": t.lower(), "nodes": 1, "gpu_type": t} for t in ("H100", "A100", "V100"))
+    )
+    sched = Scheduler(topo, teams, ArbiterPolicy(shortest_first=False), config)
+    sched.submit(job("t3", team="b", gpus=8, duration=1e6, gpu_types={"A100": 1.0}), 0.0)
+    return sched
+
+
+def test_a_tier1_job_preempts_on_a_faster_type_when_the_fastest_is_beyond_its_queue_target():
+    """A tier-2 job that ends in an hour holds the H100s, and noticed jobs run until killed:
+    13,600 s to finish there, the best, but after a wait beyond the tier-1 queueing target, so
+    not one to make. Of what is in reach now, preempting tier 3 on the A100s (20,000 s) beats
+    the free V100s (100,000 s)."""
+    teams = [Team("a", quota={"H100": 8, "A100": 8, "V100": 8}), Team("b", quota={})]
+    sched = three_types(teams, EngineConfig(notice_stop_s=7200.0))
+    blocker = job("h", team="b", tier=2, gpus=8, duration=3600.0, walltime_s=3600.0)
+    sched.submit(blocker, 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("core", tier=1, gpus=8, duration=1e4, walltime_s=1e4, gpu_types=THREE), 5.0)
+    decisions = cycle(sched, 5.0)
+    assert "t3" in preempts(decisions)
+    assert starts(decisions)["core"].allocation.gpu_type == "A100"
+
+
+def test_free_gpus_a_tier1_job_may_not_take_are_no_reason_to_start_slow():
+    """Team b owns every H100: the free H100s are not in the pool, so a tier-1 job of team a
+    cannot take them (S2). They must not count as its best option, leaving it the free V100s."""
+    teams = [Team("a", quota={"H100": 0, "A100": 8, "V100": 8}), Team("b", quota={"H100": 8})]
+    sched = three_types(teams)
+    cycle(sched, 0.0)
+    sched.submit(job("core", tier=1, gpus=8, duration=1e4, walltime_s=1e4, gpu_types=THREE), 5.0)
+    decisions = cycle(sched, 5.0)
+    assert "t3" in preempts(decisions)
+    assert starts(decisions)["core"].allocation.gpu_type == "A100"
+
+
 def test_a_job_takes_the_slow_type_once_the_cycle_can_make_no_more_preemption_searches():
     """A preemption the cycle has no budget left for is no reason to leave free GPUs idle: in a
     busy queue the jobs at the head spend the budget every cycle, and the ones behind would
