@@ -168,6 +168,19 @@ def test_without_the_reservation_the_same_move_is_made():
 # -- waiting for a faster type (engine.typechoice) ---------------------------------------------
 
 
+def test_a_tier1_job_gets_the_first_pick_of_the_fast_type_as_it_never_moves():
+    """By comparative advantage alone the tier-3 job (4x faster on the H100) would get the
+    H100s and the tier-1 job (2x) the V100s; but a tier-3 job can move later and a tier-1 job
+    stays where it starts."""
+    sched = sched_with()
+    sched.submit(job("t3", gpus=8, duration=1e4, walltime_s=1e4, gpu_types=FLEX), 0.0)
+    twice = {"H100": 1.0, "V100": 0.5}
+    sched.submit(job("core", tier=1, gpus=8, duration=1e5, walltime_s=1e5, gpu_types=twice), 0.0)
+    started = starts(cycle(sched, 0.0))
+    assert started["core"].allocation.gpu_type == "H100"
+    assert started["t3"].allocation.gpu_type == "V100"
+
+
 def test_a_job_waits_for_the_fast_type_when_it_frees_soon_enough_to_finish_sooner():
     sched = sched_with()
     sched.submit(job("blocker", gpus=8, duration=600.0, walltime_s=600.0, gpu_types=FAST_ONLY), 0.0)

@@ -18,8 +18,9 @@ Flexible jobs move to a slower GPU type when the fast one is wanted by jobs pinn
 When pending jobs accept several GPU types and want more of the fast ones than are free, who
 gets the fast GPUs is decided by comparative advantage (as in Gavel): each cycle the pending
 jobs are planned onto the free GPUs in order of how much faster their fastest type is than their
-slowest, so a job that gains 6x from a V100 gets it before one that gains 2x. The plan only
-picks the type a job tries first; the order in which jobs start (tier, fair share) is unchanged.
+slowest, so a job that gains 6x from a V100 gets it before one that gains 2x; tier-1 jobs are
+planned first, as they never move off the type they start on. The plan only picks the type a
+job tries first; the order in which jobs start (tier, fair share) is unchanged.
 
 A preemption that would throw away a victim's uncheckpointed work is weighed against the
 preemptor's expected wait (`Scheduler._worth_the_lost_work`), and a plan whose victims stop at
@@ -44,7 +45,7 @@ from __future__ import annotations
 import math
 from itertools import islice
 
-from gpu_arbiter.domain import Job, JobState
+from gpu_arbiter.domain import Job, JobState, Tier
 from gpu_arbiter.engine.migration import MoveRules, plan_and_move
 from gpu_arbiter.engine.policy import Policy
 from gpu_arbiter.engine.typechoice import patient_types
@@ -101,7 +102,10 @@ class ArbiterPolicy(Policy):
             types = sched.types_by_speed(j)
             return sched.speed(j, types[0]) / sched.speed(j, types[-1])
 
-        for j in sorted(pending, key=lambda j: (-advantage(j), j.tier, j.seq)):
+        def planned_first(j: Job) -> tuple:  # tier 1 first: it never moves off its type
+            return (j.tier != Tier.CORE, -advantage(j), j.tier, j.seq)
+
+        for j in sorted(pending, key=planned_first):
             n = j.spec.elastic_range[0]
             for t in sched.types_by_speed(j):
                 if left.get(t, 0) >= n:
