@@ -222,3 +222,22 @@ def test_a_tier1_job_gives_notice_on_the_fast_type_rather_than_start_on_a_much_s
         sched.stopped("biz", 70.0)
         decisions = cycle(sched, 70.0)
     assert starts(decisions)["core"].allocation.gpu_type == runs_on
+
+
+def test_a_victim_whose_borrowed_flag_flips_in_the_cycle_stays_a_victim_as_it_is_now():
+    """core1 stops b2, so b3 is no longer borrowed (b's quota holds b1 and b3). The victim
+    list core1's search made has b3 as borrowed; core2 must find b3 as it is now, with less
+    unsaved work than a0, not skip it as stale and stop a0."""
+    sched = Scheduler(one_rack(), [Team("a", quota={"H100": 8}), Team("b", quota={"H100": 8})])
+    sched.submit(job("a0", tier=3, gpus=4, duration=1e5), 0.0)
+    sched.submit(job("b1", team="b", tier=2, gpus=4, duration=1e5), 0.0)
+    sched.submit(job("b2", team="b", gpus=4, duration=1e5, checkpoint_interval_s=5.0), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("b3", team="b", gpus=4, duration=1e5), 10.0)
+    cycle(sched, 10.0)
+    assert sched.jobs["b3"].borrowed and not sched.jobs["b2"].borrowed
+    for name in ("core1", "core2"):
+        sched.submit(job(name, tier=1, gpus=4, duration=100.0), 100.0)
+    decisions = cycle(sched, 100.0)
+    assert set(preempts(decisions)) == {"b2", "b3"}
+    assert {"core1", "core2"} <= set(starts(decisions))

@@ -66,7 +66,7 @@ def victim_options(jobs: Iterable[Job], shrink: bool, notice: float, now: float)
         key = (-int(v.tier), wait, lost, not v.borrowed, -(v.started_at or 0.0), v.seq)
         part = alloc if kept is None else _difference(alloc, kept)
         options.append((key, v, kept, part, alloc, v.borrowed))
-    options.sort(key=_first)
+    options.sort(key=option_key)
     return options
 
 
@@ -113,7 +113,8 @@ def plan_preemption(
     return PreemptionPlan(alloc, victims)
 
 
-def _first(option: tuple) -> tuple:
+def option_key(option: Option) -> tuple:
+    """The cost order of victim options (cheapest first)."""
     return option[0]
 
 

@@ -14,6 +14,7 @@ Finally elastic jobs grow into what is left.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import chain
@@ -50,6 +51,7 @@ from gpu_arbiter.engine.preemption import (
     Option,
     PreemptionPlan,
     notice_wait,
+    option_key,
     plan_preemption,
     victim_options,
 )
@@ -84,7 +86,9 @@ class Hold:
 @dataclass(slots=True)
 class _Cycle:
     reservations: dict[str, Reservation] = field(default_factory=dict)
+    now: float = 0.0
     victims: dict[tuple, list[Option]] = field(default_factory=dict)  # `_victim_groups`
+    victim_index: dict[tuple, dict[str, Option]] = field(default_factory=dict)  # by job id
     dry_runs: dict[tuple, tuple[int, float | None]] = field(default_factory=dict)
     scopes: dict[tuple, tuple[bool, bool] | None] = field(default_factory=dict)  # one try's
     shadows: dict[tuple[str, int], tuple[int, float]] = field(default_factory=dict)
@@ -309,7 +313,7 @@ class Scheduler:
         full = self._dirty or not self.policy.incremental or new_victims
         if new_victims:
             self._started_at = None
-        ctx = self._ctx = _Cycle()
+        ctx = self._ctx = _Cycle(now=now)
         if not full:
             ctx.reservations = {t: replace(r) for t, r in self._reservations.items()}
             ctx.blocked_types = set(self._blocked_types)
@@ -350,6 +354,8 @@ class Scheduler:
         free = self.index.total_free
         whole = sum(self.index.whole_free.values())
         decisions, self._decisions = self._decisions, []
+        ctx.victims.clear()  # what happens until the next cycle need not keep them current
+        ctx.victim_index.clear()
         return CycleResult(
             decisions=decisions,
             next_wakeup=self.policy.next_wakeup(self, now),
@@ -870,29 +876,50 @@ class Scheduler:
         self, ctx: _Cycle, t: str, group: int | str, notice: float, now: float
     ) -> list[Option]:
         """The victim options of one group (`victim_options`), each expected to keep its GPUs
-        for at most `notice` seconds."""
-        options = ctx.victims.get((t, group, notice))
+        for at most `notice` seconds. Kept current through the cycle (`_victim_changed`)."""
+        key = (t, group, notice)
+        options = ctx.victims.get(key)
         if options is None:
             if group == "shrink":
                 jobs = (v for v in self.elastic_running.values() if v.allocation.gpu_type == t)
             else:
-                jobs = (
-                    v
-                    for v in self.running_by_tier[(t, group)].values()
-                    if not (self.policy.elastic and v.spec.is_elastic and shrunk_allocation(v))
-                )
-            ctx.victims[(t, group, notice)] = options = victim_options(
-                (
-                    v
-                    for v in jobs
-                    if v.started_at != now  # never undo a start of this very cycle
-                    and v.spec.gpu_milli == 1000  # shared GPUs are not freed by one tenant
-                ),
-                group == "shrink",
-                notice,
-                now,
-            )
+                jobs = self.running_by_tier[(t, group)].values()
+            members = (v for v in jobs if self._in_victim_group(v, group, now))
+            ctx.victims[key] = options = victim_options(members, group == "shrink", notice, now)
+            ctx.victim_index[key] = {o[1].id: o for o in options}
         return options
+
+    def _in_victim_group(self, v: Job, group: int | str, now: float) -> bool:
+        """Whether running job `v` belongs in a victim list of `group` (a tier, or "shrink")."""
+        if v.started_at == now or v.spec.gpu_milli < 1000:
+            return False  # never undo a start of this very cycle; shared GPUs are not freed
+        shrinks = self.policy.elastic and v.spec.is_elastic and shrunk_allocation(v) is not None
+        if group == "shrink":
+            return v.id in self.elastic_running and shrinks
+        return int(v.tier) == group and not shrinks
+
+    def _victim_changed(self, job: Job) -> None:
+        """A running job's borrowed flag or allocation changed during the cycle: in the victim
+        lists already made for its type, put it where a list made now would have it (or take it
+        out). So a cycle's decisions do not depend on when its lists were first made (a dry run
+        of the type choice can make one early)."""
+        ctx = self._ctx
+        if not ctx.victims or job.allocation is None:
+            return
+        t, now = job.allocation.gpu_type, ctx.now
+        for key, options in ctx.victims.items():
+            if key[0] != t:
+                continue
+            index = ctx.victim_index[key]
+            old = index.pop(job.id, None)
+            if old is not None:
+                i = bisect_left(options, old[0], key=option_key)
+                del options[i]
+            group, notice = key[1], key[2]
+            if self._in_victim_group(job, group, now):
+                for new in victim_options((job,), group == "shrink", notice, now):
+                    insort(options, new, key=option_key)
+                    index[job.id] = new
 
     def _plan_grace(self, job: Job, plan: PreemptionPlan) -> float:
         """How long the job waits for the plan's victims at most: the longest grace among
@@ -1211,6 +1238,7 @@ class Scheduler:
             was, job.borrowed = job.borrowed, book.borrowed(job)
             if was != job.borrowed:
                 self._flips[gpu_type] += 1
+                self._victim_changed(job)
             if job.borrowed:
                 borrowed[job.id] = job
             else:
@@ -1259,6 +1287,7 @@ class Scheduler:
         job.begin_segment(now)
         self.ends_by_type[t].add((job.expected_end_at, job.seq, job.id))
         self._rebalance(job.team, t, changed)
+        self._victim_changed(job)
         self._decisions.append(Resize(job.id, alloc, reason))
 
     def _hold(self, job: Job, alloc: Allocation, waiting: set[str]) -> None:
