@@ -60,18 +60,31 @@ def patient_types(sched: Scheduler, job: Job, types: list[str], now: float) -> l
     options = [t for t in types if sched._admissible(job, t, n)]
     if all(free[t] >= n for t in options) or not any(free[t] >= n for t in options):
         return types  # nothing to choose between: all free, or none free
+    runs = {t: sched._est_runtime(job, t, n) for t in options}
+    if not all(math.isfinite(run) for run in runs.values()):
+        return types
     target = sched.cfg.queue_target_s[int(job.tier) - 1]
     eta: dict[str, float] = {}
     waits: dict[str, tuple[float, bool]] = {}
-    for t in options:
-        run = sched._est_runtime(job, t, n)
-        if not math.isfinite(run):
-            return types
+
+    def weigh(t: str) -> None:
         waits[t] = wait_for(sched, job, t, n, now)
         if waits[t][0] <= target:  # a longer wait is not one to make: the estimates may slip
-            eta[t] = waits[t][0] + run
+            eta[t] = waits[t][0] + runs[t]
+
+    # A busy type beats the free ones only if it runs faster than the best of them, and makes
+    # the cut below only if it runs within SLACK of the best: the waits (dry runs of the
+    # preemption step, shadow times) of the other types are never needed.
+    fastest_free = min(runs[t] for t in options if free[t] >= n)
+    for t in options:
+        if free[t] >= n or runs[t] <= fastest_free:
+            weigh(t)
     best = min(eta, key=lambda t: (eta[t], types.index(t)))
     wait, by_preempting = waits[best]
     if wait == 0.0 and not by_preempting:
         return types  # the best type is free: the policy's order decides (its plan)
-    return [t for t in options if t in eta and eta[t] <= eta[best] * SLACK]
+    cut = eta[best] * SLACK
+    for t in options:
+        if t not in waits and runs[t] <= cut:
+            weigh(t)
+    return [t for t in options if t in eta and eta[t] <= cut]
