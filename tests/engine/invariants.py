@@ -108,6 +108,17 @@ def check_quotas(sched: Scheduler) -> None:
         assert n <= limit, f"team {team} holds {n} guaranteed {t} GPUs, quota {limit}"
 
 
+def check_move_index(sched: Scheduler) -> None:
+    """`slower_than` holds exactly the running jobs that would run faster on each type."""
+    want: dict[str, set[str]] = {t: set() for t in sched.slower_than}
+    for job in sched.running.values():
+        for t in sched.types_by_speed(job):
+            if sched.speed(job, t) > job.speed and t != job.allocation.gpu_type:
+                want[t].add(job.id)
+    got = {t: set(jobs) for t, jobs in sched.slower_than.items()}
+    assert got == want, f"move index {got} != {want}"
+
+
 def check_allocation(sched: Scheduler, job: Job, alloc: Allocation) -> None:
     """A gang: its whole size within the elastic range, on one accepted type, tp groups inside
     NVLink domains, no node twice."""
@@ -146,6 +157,7 @@ def check_decisions(sched: Scheduler, decisions: list[Decision], tier1_safe: boo
 def check_all(sched: Scheduler, decisions: list[Decision]) -> None:
     arbiter = sched.policy.name == "arbiter"
     check_capacity(sched)
+    check_move_index(sched)
     check_decisions(sched, decisions, tier1_safe=arbiter)
     if arbiter:
         check_quotas(sched)

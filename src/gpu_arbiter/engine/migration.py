@@ -118,45 +118,41 @@ def candidate_moves(
 ) -> Iterator[Move]:
     """Every worthwhile move of a running job onto a type with enough `free` GPUs now (before
     placement, which may still fail on topology or power)."""
-    if not any(v > 0 for v in free.values()):
-        return
     overhead = sched.cfg.restart_overhead_s
-    for tier in rules.tiers + rules.noticed_tiers:
-        if tier == int(Tier.CORE):
-            continue  # never: a move is a preemption
-        grace = sched.notice_of_tier(tier) if tier in rules.noticed_tiers else 0.0
-        runs_on = sched.notice_s(grace) if grace > 0 else None  # until it has saved
-        for (gpu_type, k), jobs in sched.running_by_tier.items():
-            if k != tier:
+    grace = {k: sched.notice_of_tier(k) for k in rules.noticed_tiers}  # the others: at once
+    grace.update({k: 0.0 for k in rules.tiers if k not in grace})
+    grace.pop(int(Tier.CORE), None)  # never: a move is a preemption
+    seen: set[str] = set()
+    # Only jobs that would run faster on a type with free GPUs can move at all.
+    for target in (t for t, v in free.items() if v > 0):
+        for job in sched.slower_than[target].values():
+            if job.id in seen or int(job.tier) not in grace:
                 continue
-            room = max((v for t, v in free.items() if t != gpu_type), default=0)
-            if not room:
-                continue  # nowhere else to go
-            for job in jobs.values():
-                n = job.gpus_held
-                if n > room:
-                    continue
-                faster = [t for t in sched.faster_types(job) if free[t] >= n]
-                if not faster or not movable(sched, job, now, rules):
-                    continue
-                job.advance(now)
-                best: Move | None = None
-                for t in faster:
-                    rate_new = sched.speed(job, t) * n / job.spec.gpus
-                    stay, move = finish_times(
-                        job.spec.walltime_s,
-                        job.progress_s / job.spec.duration_s,
-                        job.saved_progress(now) / job.spec.duration_s,
-                        job.rate,
-                        rate_new,
-                        overhead,
-                        runs_on,
-                        job.spec.duration_s,
-                    )
-                    if worth_moving(stay, move, rules) and (best is None or move < best.move_s):
-                        best = Move(job, t, stay, move, grace)
-                if best is not None:
-                    yield best
+            seen.add(job.id)
+            n = job.gpus_held
+            faster = [t for t in sched.faster_types(job) if free[t] >= n]
+            if not faster or not movable(sched, job, now, rules):
+                continue
+            notice = grace[int(job.tier)]
+            runs_on = sched.notice_s(notice) if notice > 0 else None  # until it has saved
+            job.advance(now)
+            best: Move | None = None
+            for t in faster:
+                rate_new = sched.speed(job, t) * n / job.spec.gpus
+                stay, move = finish_times(
+                    job.spec.walltime_s,
+                    job.progress_s / job.spec.duration_s,
+                    job.saved_progress(now) / job.spec.duration_s,
+                    job.rate,
+                    rate_new,
+                    overhead,
+                    runs_on,
+                    job.spec.duration_s,
+                )
+                if worth_moving(stay, move, rules) and (best is None or move < best.move_s):
+                    best = Move(job, t, stay, move, notice)
+            if best is not None:
+                yield best
 
 
 def respects(res: Reservation | None, job: Job, n: int, move_s: float, now: float) -> bool:

@@ -136,6 +136,8 @@ class Scheduler:
             (t, k): {} for t in capacity for k in (1, 2, 3)
         }
         self.borrowed_by_type: dict[str, dict[str, Job]] = {t: {} for t in capacity}
+        # Running jobs by each type they would run faster on (`faster_types`), for moves.
+        self.slower_than: dict[str, dict[str, Job]] = {t: {} for t in capacity}
         # Running jobs by expected end (walltime estimate), for backfill reservations.
         self.ends_by_type: dict[str, SortedList] = {t: SortedList() for t in capacity}
         # Running jobs by team and type, in the order they fill the team's quota (S2).
@@ -1182,6 +1184,8 @@ class Scheduler:
         self.running[job.id] = job
         self.running_by_type[t][job.id] = job
         self.running_by_tier[(t, int(job.tier))][job.id] = job
+        for faster in self.faster_types(job):
+            self.slower_than[faster][job.id] = job
         changed = self._borrowing(job.team, t).add(job)
         if job.spec.is_elastic and self.policy.elastic:
             self.elastic_running[job.id] = job
@@ -1192,6 +1196,8 @@ class Scheduler:
 
     def _release(self, job: Job) -> None:
         self._dirty = True
+        for faster in self.faster_types(job):
+            del self.slower_than[faster][job.id]
         self._faster.pop(job.id, None)
         alloc = job.allocation
         t = alloc.gpu_type
