@@ -77,7 +77,9 @@ def patient_types(sched: Scheduler, job: Job, types: list[str], now: float) -> l
     # preemption step, shadow times) of the other types are never needed.
     fastest_free = min(runs[t] for t in options if free[t] >= n)
     for t in options:
-        if free[t] >= n or runs[t] <= fastest_free:
+        if free[t] >= n:
+            waits[t], eta[t] = (0.0, False), runs[t]
+        elif runs[t] <= fastest_free:
             weigh(t)
     best = min(eta, key=lambda t: (eta[t], types.index(t)))
     wait, by_preempting = waits[best]
