@@ -258,11 +258,18 @@ class Job:
         self.updated_at = max(self.updated_at, now)
 
     def progress_at(self, now: float) -> float:
-        """Progress `advance(now)` would reach, without changing anything."""
-        productive = now - max(self.updated_at, self.stalled_until)
-        if productive <= 0 or self.allocation is None:
+        """Progress `advance(now)` would reach, without changing anything.
+
+        Worked out from the start of the segment (the rate is fixed within one), not from the
+        last `advance`, so it does not depend on how often anybody looked at the job: a step
+        that reads one job more or less leaves every other result bit for bit the same."""
+        if self.allocation is None or now <= self.updated_at:
             return self.progress_s
-        return min(self.spec.duration_s, self.progress_s + self.rate * productive)
+        productive = now - max(self.segment_start, self.stalled_until)
+        if productive <= 0:
+            return self.progress_s
+        reached = self.segment_progress + self.rate * productive
+        return min(self.spec.duration_s, max(self.progress_s, reached))
 
     def unsaved_at(self, now: float) -> float:
         """Progress a stop at `now` would throw away: what was made since the last checkpoint
