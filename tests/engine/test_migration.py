@@ -2,10 +2,12 @@
 starting on a slow type now and waiting for a fast one (engine.typechoice), under Arbiter."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpu_arbiter.domain import Team
 from gpu_arbiter.engine import EngineConfig, Scheduler
-from gpu_arbiter.engine.migration import MoveRules, finish_times, worth_moving
+from gpu_arbiter.engine.migration import MoveRules, finish_times, never_worth, worth_moving
 from gpu_arbiter.engine.policies.arbiter import ArbiterPolicy
 from tests.conftest import job
 from tests.engine.helpers import cluster, cycle, preempts, starts
@@ -59,6 +61,53 @@ def test_finish_times_count_the_lost_work_and_the_restart():
 def test_a_grace_keeps_the_progress_made_while_waiting_it_out():
     _, move = finish_times(1000.0, 0.5, 0.0, 0.25, 1.0, 60.0, notice_s=400.0, duration_ref=1000.0)
     assert move == pytest.approx(400.0 + 60.0 + 400.0)  # 100 of the 500 left done meanwhile
+
+
+@given(
+    walltime=st.floats(100.0, 1e6),
+    over=st.floats(1.0, 3.0),
+    done=st.floats(0.0, 1.0),
+    later=st.floats(0.0, 1.0),
+    saved=st.floats(0.0, 1.0),
+    rate=st.floats(0.05, 2.0),
+    speedup=st.floats(1.0, 8.0),
+    overhead=st.floats(0.0, 600.0),
+    notice=st.one_of(st.none(), st.floats(0.0, 7200.0)),
+)
+def test_a_move_ruled_out_for_good_is_never_worth_it_later(
+    walltime, over, done, later, saved, rate, speedup, overhead, notice
+):
+    """`never_worth` lets engine.migration skip a pair for the rest of the job's run, so no
+    later progress (and no later checkpoint) may make the move worth it after all."""
+    duration, rules = walltime / over, MoveRules()
+    if not never_worth(walltime, done, rate, rate * speedup, overhead, notice, duration, rules):
+        return
+    d = done + (1 - done) * later
+    stay, move = finish_times(
+        walltime, d, d * saved, rate, rate * speedup, overhead, notice, duration
+    )
+    assert not worth_moving(stay, move, rules)
+
+
+def test_a_small_speedup_is_ruled_out_for_good_and_a_large_one_is_not():
+    rules = MoveRules()
+    # 15 % faster can never save 20 % of the time staying takes.
+    assert never_worth(1e5, 0.0, 0.87, 1.0, 60.0, 60.0, 5e4, rules)
+    assert not never_worth(1e5, 0.0, 0.25, 1.0, 60.0, 60.0, 5e4, rules)
+    assert never_worth(1e5, 0.999, 0.25, 1.0, 60.0, 60.0, 5e4, rules)  # too little left
+
+
+def test_a_move_worth_it_only_near_the_end_of_a_long_notice_is_not_ruled_out():
+    """10 % faster, with an hour's notice and a walltime 3x the work: not worth it now (the
+    gain is under 20 % of staying), but once only what the notice itself gets done is left,
+    moving costs just the notice, and that is worth it."""
+    rules, walltime, duration = MoveRules(), 1e5, 1e5 / 3
+    stay, move = finish_times(walltime, 0.0, 0.0, 1.0, 1.1, 0.0, 3600.0, duration)
+    assert not worth_moving(stay, move, rules)
+    near_end = 1 - 3 * 3600.0 / walltime  # what is left is what the notice does
+    stay, move = finish_times(walltime, near_end, 0.0, 1.0, 1.1, 0.0, 3600.0, duration)
+    assert worth_moving(stay, move, rules)
+    assert not never_worth(walltime, 0.0, 1.0, 1.1, 0.0, 3600.0, duration, rules)
 
 
 def test_a_tier3_job_moves_to_the_fast_type_when_it_frees():

@@ -99,6 +99,43 @@ def worth_moving(stay_s: float, move_s: float, rules: MoveRules) -> bool:
     return gain >= rules.min_gain_s and gain >= rules.min_gain_share * stay_s
 
 
+def never_worth(
+    walltime_ref: float,
+    done: float,
+    rate_now: float,
+    rate_new: float,
+    overhead_s: float,
+    notice_s: float | None,
+    duration_ref: float,
+    rules: MoveRules,
+) -> bool:
+    """Whether no later moment of this run (same rates) can make the move worth it, so the
+    pair need not be weighed again until the job restarts or changes rate.
+
+    In what is left of the work by the estimate, `y = W (1 - d)`, which only shrinks while the
+    job runs, staying takes `y / r` and moving at least `fixed + max(0, y - k) / r'` (the
+    notice and the restart, then what the notice did not do, `k = W r notice / D`; without
+    notice `k = 0` and the saved share is at most the done share). The gain over `min_gain_s`
+    then grows with `y`, so once short it stays short; the margin over `min_gain_share`
+    (`(1 - share) y / r - move`) is concave in `y`, so its largest value over `[0, y]` is at
+    `y` or at `k`. Only for a faster target: elsewhere nothing is monotone."""
+    if rate_new <= rate_now or rate_now <= 0:
+        return False
+    y = walltime_ref * max(0.0, 1 - done)
+    if notice_s is None:
+        fixed, k = overhead_s, 0.0
+    else:
+        fixed, k = notice_s + overhead_s, walltime_ref * rate_now * notice_s / duration_ref
+
+    def move(x: float) -> float:
+        return fixed + max(0.0, x - k) / rate_new
+
+    if y / rate_now - move(y) < rules.min_gain_s:
+        return True
+    keep = 1 - rules.min_gain_share
+    return max(keep * x / rate_now - move(x) for x in (y, min(k, y))) < 0
+
+
 def movable(sched: Scheduler, job: Job, now: float, rules: MoveRules) -> bool:
     return (
         int(job.tier) in rules.tiers + rules.noticed_tiers
@@ -114,10 +151,17 @@ def movable(sched: Scheduler, job: Job, now: float, rules: MoveRules) -> bool:
 
 
 def candidate_moves(
-    sched: Scheduler, now: float, rules: MoveRules, free: dict[str, int]
+    sched: Scheduler,
+    now: float,
+    rules: MoveRules,
+    free: dict[str, int],
+    futile: dict[str, tuple[tuple, set[str]]] | None = None,
 ) -> Iterator[Move]:
     """Every worthwhile move of a running job onto a type with enough `free` GPUs now (before
-    placement, which may still fail on topology or power)."""
+    placement, which may still fail on topology or power). `futile` (job id -> (its start and
+    rate, targets)) remembers the targets `never_worth` ruled out for the job's current run,
+    so a busy cluster does not weigh the same hopeless moves every cycle."""
+    futile = {} if futile is None else futile
     overhead = sched.cfg.restart_overhead_s
     grace = {k: sched.notice_of_tier(k) for k in rules.noticed_tiers}  # the others: at once
     grace.update({k: 0.0 for k in rules.tiers if k not in grace})
@@ -130,7 +174,11 @@ def candidate_moves(
                 continue
             seen.add(job.id)
             n = job.gpus_held
-            faster = [t for t in sched.faster_types(job) if free[t] >= n]
+            run = (job.segment_start, job.rate)
+            memo = futile.get(job.id)
+            if memo is None or memo[0] != run:
+                memo = futile[job.id] = (run, set())
+            faster = [t for t in sched.faster_types(job) if free[t] >= n and t not in memo[1]]
             if not faster or not movable(sched, job, now, rules):
                 continue
             notice = grace[int(job.tier)]
@@ -149,8 +197,20 @@ def candidate_moves(
                     runs_on,
                     job.spec.duration_s,
                 )
-                if worth_moving(stay, move, rules) and (best is None or move < best.move_s):
-                    best = Move(job, t, stay, move, notice)
+                if worth_moving(stay, move, rules):
+                    if best is None or move < best.move_s:
+                        best = Move(job, t, stay, move, notice)
+                elif never_worth(
+                    job.spec.walltime_s,
+                    job.progress_s / job.spec.duration_s,
+                    job.rate,
+                    rate_new,
+                    overhead,
+                    runs_on,
+                    job.spec.duration_s,
+                    rules,
+                ):
+                    memo[1].add(t)
             if best is not None:
                 yield best
 
@@ -168,20 +228,26 @@ def plan_and_move(
     reservations: dict[str, Reservation],
     rules: MoveRules | None = None,
     promised: dict[str, tuple[str, int]] | None = None,
+    futile: dict[str, tuple[tuple, set[str]]] | None = None,
 ) -> int:
     """Carry out the worthwhile moves, most GPU time saved first; returns how many were made.
 
     `promised` (job id -> (GPU type, GPUs)) books the GPUs of tier-2 moves waiting out their
-    grace; entries of jobs no longer stopping are dropped, new ones added."""
+    grace; entries of jobs no longer stopping are dropped, new ones added. `futile` is the
+    memo of `candidate_moves`, kept by the caller across cycles; entries of jobs no longer
+    running are dropped."""
     rules = rules or MoveRules()
     promised = {} if promised is None else promised
     for job_id in [j for j in promised if j not in sched.pending_stops]:
         del promised[job_id]
+    futile = {} if futile is None else futile
+    for job_id in [j for j in futile if j not in sched.running]:
+        del futile[job_id]
     free = dict(sched.index.type_free)
     for t, n in promised.values():
         free[t] -= n
     moves = sorted(
-        candidate_moves(sched, now, rules, free),
+        candidate_moves(sched, now, rules, free, futile),
         key=lambda m: (-m.gain_s * m.job.gpus_held, m.job.seq),
     )
     made = 0

@@ -71,6 +71,7 @@ class ArbiterPolicy(Policy):
         self.shortest_first = shortest_first  # False: a team's jobs by submission only
         self.moved_at: float | None = None
         self.promised: dict[str, tuple[str, int]] = {}  # tier-2 moves waiting out their grace
+        self.futile: dict[str, tuple[tuple, set[str]]] = {}  # moves ruled out (engine.migration)
         self.dest: dict[str, str] = {}  # type a moved tier-2 job asks for first when requeued
         self.now = 0.0
 
@@ -126,7 +127,7 @@ class ArbiterPolicy(Policy):
     def after_walk(self, sched, now: float, reservations: dict) -> None:
         if self.moves is None:
             return
-        if plan_and_move(sched, now, reservations, self.moves, self.promised):
+        if plan_and_move(sched, now, reservations, self.moves, self.promised, self.futile):
             self.moved_at = now
         self.dest.update((j, t) for j, (t, _) in self.promised.items())
 
