@@ -213,14 +213,13 @@ class Job:
     restarts: int = 0
     failure_demoted: bool = False
     seq: int = 0
+    # The spec's, copied: read on every step of every cycle, and a property costs a call.
+    id: str = field(init=False)
+    team: str = field(init=False)
 
-    @property
-    def id(self) -> str:
-        return self.spec.id
-
-    @property
-    def team(self) -> str:
-        return self.spec.team
+    def __post_init__(self) -> None:
+        self.id = self.spec.id
+        self.team = self.spec.team
 
     @property
     def gpus_held(self) -> int:

@@ -106,9 +106,10 @@ class PendingQueue:
             heap = [(share(team), team, iter(sl)) for team, sl in tiers[tier]]
             heapq.heapify(heap)
             while heap:
-                _, team, it = heapq.heappop(heap)
+                _, team, it = heap[0]
                 item = next(it, None)
                 if item is None:
+                    heapq.heappop(heap)
                     continue
                 yield item[-1]
-                heapq.heappush(heap, (share(team), team, it))
+                heapq.heapreplace(heap, (share(team), team, it))  # teams are unique: no ties

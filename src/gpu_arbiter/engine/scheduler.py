@@ -408,14 +408,13 @@ class Scheduler:
 
     def types_by_speed(self, job: Job) -> list[str]:
         """Accepted GPU types of this cluster the job can run on, fastest for the job first."""
-        key = job.id
-        types = self._types.get(key)
+        types = self._types.get(job.id)
         if types is None:
             types = sorted(
                 (t for t in self.index.max_size if self._runs_on(job.spec, t)),
                 key=lambda t: (-self.speed(job, t), t),
             )
-            self._types[key] = types
+            self._types[job.id] = types
         return types
 
     def faster_types(self, job: Job) -> list[str]:
@@ -548,15 +547,19 @@ class Scheduler:
             return self._freed[gpu_type]
         return self.quota.releases.get((job.team, gpu_type), 0)
 
-    def _still_hopeless(self, job: Job, stamp: tuple) -> bool:
+    def _still_hopeless(self, job: Job, stamp: tuple, types: list[str]) -> bool:
         """Whether nothing that can end a `_hopeless` wait happened: still too few free GPUs on
-        every accepted type, and no release or start its stamp watches."""
+        every accepted type (`types`), and no release or start its stamp watches. The check
+        most jobs of a long queue get every cycle, so `_releases` is spelled out here."""
         _, tier, n, wake = stamp
         if int(job.tier) != tier:
             return False
         free = self.index.type_free
-        for t, (releases, starts) in zip(self.types_by_speed(job), wake, strict=True):
-            if free[t] >= n or self._releases(job, t) != releases:
+        core, team, releases = job.tier == Tier.CORE, job.team, self.quota.releases
+        for t, (seen, starts) in zip(types, wake, strict=True):
+            if free[t] >= n:
+                return False
+            if (self._freed[t] if core else releases.get((team, t), 0)) != seen:
                 return False
             if starts is not None and self._starts[t] != starts:
                 return False
@@ -604,24 +607,29 @@ class Scheduler:
         remembered. It still counts as blocked on its types, and a type without a reservation
         yet gets its reservation from a full look."""
         types = self.types_by_speed(job)
-        if self.policy.backfill == "reserve" and any(t not in ctx.reservations for t in types):
-            return False
+        if self.policy.backfill == "reserve":
+            for t in types:
+                if t not in ctx.reservations:
+                    return False
         if stamp[0] == _HOPELESS:
-            if not self._still_hopeless(job, stamp):
+            if not self._still_hopeless(job, stamp, types):
                 return False
+            n = stamp[2]
         elif self._blocked_stamp(job, now) != stamp:
             return False
-        n = start_sizes(job.spec, self.policy.elastic)[-1]  # the smallest a try would ask for
+        else:
+            n = start_sizes(job.spec, self.policy.elastic)[-1]  # the smallest a try asks for
         self._note_blocked(types, n, ctx)
         return True
 
     def _note_blocked(self, types: list[str], n: int, ctx: _Cycle) -> None:
         """A job wanting `n` GPUs is blocked on these types: they count as stranded where
         enough GPUs are free, and its GPUs as wanted ahead of anybody walked after it."""
+        free, waiting = self.index.type_free, ctx.waiting
+        ctx.blocked_types.update(types)
         for t in types:
-            ctx.blocked_types.add(t)
-            ctx.waiting[t] = ctx.waiting.get(t, 0) + n
-            if self.index.type_free[t] >= n:
+            waiting[t] = waiting.get(t, 0) + n
+            if free[t] >= n:
                 ctx.stranded_types.add(t)
 
     def _reservation_for(self, job: Job, gpu_type: str, n: int, now: float) -> Reservation:

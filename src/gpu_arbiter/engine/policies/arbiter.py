@@ -73,6 +73,7 @@ class ArbiterPolicy(Policy):
         self.promised: dict[str, tuple[str, int]] = {}  # tier-2 moves waiting out their grace
         self.futile: dict[str, tuple[tuple, set[str]]] = {}  # moves ruled out (engine.migration)
         self.dest: dict[str, str] = {}  # type a moved tier-2 job asks for first when requeued
+        self.advantage: dict[str, float] = {}  # fastest / slowest speed, by pending job
         self.now = 0.0
 
     def rank_key(self, job: Job) -> tuple:
@@ -98,10 +99,16 @@ class ArbiterPolicy(Policy):
             if j.state == JobState.PENDING and len(sched.types_by_speed(j)) > 1
         ]
         left = dict(sched.index.type_free)
+        known = self.advantage
+        if len(known) > 4 * PLAN_DEPTH:  # forget jobs that left the queue
+            self.advantage = known = {k: v for k, v in known.items() if k in sched.queue}
 
         def advantage(j: Job) -> float:
-            types = sched.types_by_speed(j)
-            return sched.speed(j, types[0]) / sched.speed(j, types[-1])
+            a = known.get(j.id)
+            if a is None:
+                types = sched.types_by_speed(j)
+                a = known[j.id] = sched.speed(j, types[0]) / sched.speed(j, types[-1])
+            return a
 
         def planned_first(j: Job) -> tuple:  # tier 1 first: it never moves off its type
             return (j.tier != Tier.CORE, -advantage(j), j.tier, j.seq)
