@@ -62,6 +62,33 @@ def test_bench_kpis_are_the_fields_and_values_of_simulate_json(tmp_path):
     assert bench == single
 
 
+def test_seeds_replay_each_seed_as_simulate_does_and_report_the_spread(tmp_path):
+    workload = ("--workload", "synthetic:40", "--cluster", "small")
+    out = run(
+        "bench", *workload, "--seed", "5", "--seeds", "2", "--policies", "backfill,arbiter",
+        "--out", str(tmp_path),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert list(data["by_seed"]) == ["5", "6"]
+    assert data["policies"] == data["by_seed"]["5"]
+    sim = run("simulate", *workload, "--seed", "6", "--policy", "arbiter", "--json")
+    single, bench = json.loads(sim.stdout), data["by_seed"]["6"]["arbiter"]
+    single.pop("sim_wall_s"), bench.pop("sim_wall_s")
+    assert bench == single
+    spread = data["across_seeds"]["arbiter"]["mean JCT"]
+    jcts = [data["by_seed"][s]["arbiter"]["avg_jct_s"] for s in ("5", "6")]
+    assert spread == {"mean": sum(jcts) / 2, "min": min(jcts), "max": max(jcts)}
+    assert "## Across seeds 5, 6: mean (min – max)" in (tmp_path / "report.md").read_text()
+
+
+def test_seeds_below_one_are_refused_before_anything_runs(tmp_path):
+    out = run("bench", "--workload", "synthetic:10", "--seeds", "0", "--out", str(tmp_path))
+    assert out.returncode == 2
+    assert out.stderr.strip() == "arbiter: error: --seeds must be >= 1, got 0"
+    assert not (tmp_path / "results.json").exists()
+
+
 def test_unknown_policies_are_named_in_one_line_and_exit_2(tmp_path):
     out = run(
         "bench",

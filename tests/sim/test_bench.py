@@ -13,6 +13,7 @@ from gpu_arbiter.sim.report import (
     KPIS,
     RECORD_FIELDS,
     BenchSource,
+    across_seeds,
     best_policies,
     report_markdown,
     results_json,
@@ -91,3 +92,33 @@ def test_best_policy_lists_every_tie_and_respects_direction():
     by_label = {k.label: k for k in KPIS}
     assert best_policies(by_label["mean JCT"], kpis) == ["a", "b"]
     assert best_policies(by_label["goodput"], kpis) == ["b", "c"]
+
+
+def test_several_seeds_add_each_kpis_mean_and_range_and_a_table_of_them(results, source):
+    topo = small()
+    jobs = synthetic_workload(60, 4, topo, load=0.9)
+    teams = synthetic_teams(topo)
+    other = {name: simulate(topo, teams, name, jobs) for name in ("fifo", "arbiter")}
+    runs = {3: {name: results[name] for name in other}, 4: other}
+    spread = across_seeds(runs)
+    for name in other:
+        for kpi in KPIS:
+            values = [kpi.value(runs[s][name].kpis) for s in (3, 4)]
+            got = spread[name][kpi.label]
+            assert got == {"mean": sum(values) / 2, "min": min(values), "max": max(values)}
+    data = json.loads(json.dumps(results_json(source, runs[3], runs)))
+    assert list(data["by_seed"]) == ["3", "4"] and list(data["across_seeds"]) == ["fifo", "arbiter"]
+    text = report_markdown(source, runs[3], runs)
+    assert "seeds 3, 4" in text
+    table = text.split("## Across seeds 3, 4: mean (min – max)")[1].split("## Seed 3")[0]
+    jct = spread["arbiter"]["mean JCT"]
+    row = next(line for line in table.splitlines() if line.startswith("| mean JCT |"))
+    mean_kpi = next(k for k in KPIS if k.label == "mean JCT")
+    assert f"{mean_kpi.show(jct['mean'])} ({mean_kpi.show(jct['min'])} –" in row
+    fastest = min(other, key=lambda n: spread[n]["mean JCT"]["mean"])
+    assert row.endswith(f"| {fastest} |")
+
+
+def test_one_seed_keeps_results_json_and_report_as_they_were(results, source):
+    assert "by_seed" not in results_json(source, results, {3: results})
+    assert "Across seeds" not in report_markdown(source, results, {3: results})

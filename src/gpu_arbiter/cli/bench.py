@@ -13,6 +13,7 @@ folder up (the heterogeneous spec first, as Gavel's own experiments compare on i
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -31,6 +32,7 @@ from gpu_arbiter.cli.inputs import (
 from gpu_arbiter.domain import InvalidInput
 from gpu_arbiter.engine.policies import POLICIES
 from gpu_arbiter.sim import SimConfig, SimResult, simulate
+from gpu_arbiter.sim.faults import ReliabilityConfig
 from gpu_arbiter.sim.report import BenchSource, write_bench
 
 DEFAULT_POLICIES = ",".join(POLICIES)
@@ -94,6 +96,13 @@ def bench(
     seed: Annotated[
         int, typer.Option(help="Seed of the workload (and of trace tier/team draws).")
     ] = 0,
+    seeds: Annotated[
+        int,
+        typer.Option(
+            help="Replay under this many seeds (--seed, --seed + 1, ...); the report adds each "
+            "KPI's mean and range over them. Records and plots are of --seed."
+        ),
+    ] = 1,
     cluster: Annotated[
         str | None,
         typer.Option(help=CLUSTER_HELP + " Default: follows the trace (see `arbiter bench`)."),
@@ -106,39 +115,49 @@ def bench(
 ) -> None:
     """Compare policies on one workload: results.json, report.md, records and plots in --out."""
     names = parse_policies(policies)
-    config = SimConfig(engine=engine_config(notice_stop))
-    inputs = load_inputs(
+    if seeds < 1:
+        raise InvalidInput(f"--seeds must be >= 1, got {seeds}")
+    engine = engine_config(notice_stop)
+    read = partial(
+        load_inputs,
         cluster or default_cluster(trace, fmt),
         workload,
-        seed,
-        load,
-        trace,
-        fmt,
-        strict,
-        limit,
-        arrival_scale,
+        load=load,
+        trace=trace,
+        fmt=fmt,
+        strict=strict,
+        limit=limit,
+        arrival_scale=arrival_scale,
     )
+    inputs = read(seed=seed)
     err = Console(stderr=True)
     if inputs.stats is not None:
         err.print(f"trace: {inputs.stats.summary()}", highlight=False, markup=False)
-    results: dict[str, SimResult] = {}
+    runs: dict[int, dict[str, SimResult]] = {}
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
-        TextColumn("{task.completed}/{task.total} policies"),
+        TextColumn("{task.completed}/{task.total} runs"),
         TimeElapsedColumn(),
     )
     with Progress(*columns, console=err) as progress:
-        task = progress.add_task("simulating", total=len(names))
-        for name in names:
-            progress.update(task, description=f"simulating {name}")
-            results[name] = simulate(inputs.cluster, inputs.teams, name, inputs.jobs, config)
-            progress.advance(task)
+        task = progress.add_task("simulating", total=len(names) * seeds)
+        for s in range(seed, seed + seeds):
+            if s != seed:  # each seed draws its own tiers and teams (and synthetic jobs)
+                inputs = read(seed=s)
+            # The failure draws follow the seed too, as in `arbiter simulate --seed`.
+            config = SimConfig(engine=engine, reliability=ReliabilityConfig(seed=s))
+            runs[s] = {}
+            for name in names:
+                progress.update(task, description=f"simulating {name}, seed {s}")
+                runs[s][name] = simulate(inputs.cluster, inputs.teams, name, inputs.jobs, config)
+                progress.advance(task)
+    results = runs[seed]
     source = BenchSource(
         workload=str(trace) if trace is not None else workload,
         fmt=fmt if trace is not None else None,
         stats=inputs.stats,
         seed=seed,
     )
-    write_bench(out, source, results)
+    write_bench(out, source, results, runs)
     typer.echo(f"wrote {out / 'results.json'}, {out / 'report.md'} and plots")

@@ -3,11 +3,14 @@
 `write_bench` lays out
 
 * `results.json` — `{"workload": ..., "trace": ..., "cluster": ..., "policies": {name: kpis}}`,
-  where each `kpis` is exactly the object `arbiter simulate --json` prints for that policy and
-  `policies` keeps the order the policies were asked for; `trace` is the read summary
-  (`null` for a synthetic workload);
+  where each `kpis` is exactly the object `arbiter simulate --json` prints for that policy (at
+  the first seed) and `policies` keeps the order the policies were asked for; `trace` is the
+  read summary (`null` for a synthetic workload). A replay under several seeds adds `by_seed`
+  (`{seed: {name: kpis}}`) and `across_seeds` (`{name: {kpi label: {mean, min, max}}}` over the
+  KPIs of the report);
 * `report.md` — the KPI table (one column per policy, the best policy per KPI), the read
-  summary and links to the plots;
+  summary and links to the plots; under several seeds first a table of each KPI's mean and
+  range over them, as one seed's tier and team draws can move a tail KPI a long way;
 * `<policy>/records.csv` — one row per job, to dig into what a KPI hides;
 * `jct_cdf.png`, `queue_delay_by_tier.png`, `utilization_goodput.png` (see `sim/plots.py`).
 """
@@ -103,14 +106,38 @@ KPIS: tuple[Kpi, ...] = (
 
 def best_policies(kpi: Kpi, kpis: Mapping[str, dict]) -> list[str]:
     """Every policy that ties for the best value of `kpi` (ties are common: 0 s queueing)."""
-    values = {name: kpi.value(k) for name, k in kpis.items()}
-    best = min(values.values()) if kpi.lower_is_better else max(values.values())
+    return _best({name: kpi.value(k) for name, k in kpis.items()}, kpi.lower_is_better)
+
+
+def _best(values: Mapping[str, float], lower_is_better: bool) -> list[str]:
+    best = min(values.values()) if lower_is_better else max(values.values())
     return [name for name, v in values.items() if abs(v - best) <= 1e-9 * max(1.0, abs(best))]
 
 
-def results_json(source: BenchSource, results: Mapping[str, SimResult]) -> dict:
+Runs = Mapping[int, Mapping[str, SimResult]]  # seed -> policy -> result
+
+
+def across_seeds(runs: Runs) -> dict[str, dict[str, dict[str, float]]]:
+    """Per policy and report KPI, its mean, min and max over the seeds."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for name in next(iter(runs.values())):
+        out[name] = {}
+        for kpi in KPIS:
+            values = [kpi.value(by_policy[name].kpis) for by_policy in runs.values()]
+            out[name][kpi.label] = {
+                "mean": sum(values) / len(values),
+                "min": min(values),
+                "max": max(values),
+            }
+    return out
+
+
+def results_json(
+    source: BenchSource, results: Mapping[str, SimResult], runs: Runs | None = None
+) -> dict:
     first = next(iter(results.values())).kpis
     stats = source.stats
+    several = runs is not None and len(runs) > 1
     return {
         "workload": source.workload,
         "format": source.fmt,
@@ -127,31 +154,82 @@ def results_json(source: BenchSource, results: Mapping[str, SimResult]) -> dict:
         },
         "cluster": {"name": first["cluster"], "gpus": first["gpus"]},
         "policies": {name: r.kpis for name, r in results.items()},
+        **(
+            {
+                "by_seed": {
+                    str(seed): {name: r.kpis for name, r in by_policy.items()}
+                    for seed, by_policy in runs.items()
+                },
+                "across_seeds": across_seeds(runs),
+            }
+            if several
+            else {}
+        ),
     }
 
 
-def report_markdown(source: BenchSource, results: Mapping[str, SimResult]) -> str:
-    kpis = {name: r.kpis for name, r in results.items()}
-    first = next(iter(kpis.values()))
-    names = list(kpis)
+def _kpi_table(
+    names: list[str],
+    cell: Callable[[Kpi, str], str],
+    value: Callable[[Kpi, str], float],
+) -> list[str]:
+    """A markdown table: a row per report KPI, a column per policy, and the best of each row
+    by `value` (kpi, policy)."""
     lines = [
-        f"# Policy comparison: {source.workload}",
-        "",
-        f"- cluster: {first['cluster']} ({first['gpus']} GPUs)",
-        f"- jobs: {first['jobs']}; seed {source.seed}",
-    ]
-    if source.stats is not None:
-        lines.append(f"- trace read ({source.fmt}): {source.stats.summary()}")
-    lines += [
-        "",
         "| KPI | " + " | ".join(names) + " | best |",
         "|---|" + "---:|" * len(names) + "---|",
     ]
     for kpi in KPIS:
-        cells = [kpi.show(kpi.value(kpis[n])) for n in names]
-        best = best_policies(kpi, kpis)
+        best = _best({n: value(kpi, n) for n in names}, kpi.lower_is_better)
         best_text = "all" if len(best) == len(names) else ", ".join(best)
-        lines.append(f"| {kpi.label} | " + " | ".join(cells) + f" | {best_text} |")
+        row = " | ".join(cell(kpi, n) for n in names)
+        lines.append(f"| {kpi.label} | {row} | {best_text} |")
+    return lines
+
+
+def _seeds_table(runs: Runs) -> list[str]:
+    """Each KPI's mean over the seeds with its range; the best by the mean."""
+    spread = across_seeds(runs)
+
+    def cell(kpi: Kpi, name: str) -> str:
+        s = spread[name][kpi.label]
+        return f"{kpi.show(s['mean'])} ({kpi.show(s['min'])} – {kpi.show(s['max'])})"
+
+    seeds = ", ".join(str(s) for s in runs)
+    return [
+        f"## Across seeds {seeds}: mean (min – max)",
+        "",
+        *_kpi_table(list(spread), cell, lambda kpi, n: spread[n][kpi.label]["mean"]),
+        "",
+        f"## Seed {next(iter(runs))}",
+        "",
+    ]
+
+
+def report_markdown(
+    source: BenchSource, results: Mapping[str, SimResult], runs: Runs | None = None
+) -> str:
+    kpis = {name: r.kpis for name, r in results.items()}
+    first = next(iter(kpis.values()))
+    names = list(kpis)
+    several = runs is not None and len(runs) > 1
+    seeds = ", ".join(str(s) for s in runs) if several else str(source.seed)
+    lines = [
+        f"# Policy comparison: {source.workload}",
+        "",
+        f"- cluster: {first['cluster']} ({first['gpus']} GPUs)",
+        f"- jobs: {first['jobs']}; seed{'s' if several else ''} {seeds}",
+    ]
+    if source.stats is not None:
+        lines.append(f"- trace read ({source.fmt}): {source.stats.summary()}")
+    lines.append("")
+    if several:
+        lines += _seeds_table(runs)
+    lines += _kpi_table(
+        names,
+        lambda kpi, n: kpi.show(kpi.value(kpis[n])),
+        lambda kpi, n: kpi.value(kpis[n]),
+    )
     lines += [
         "",
         "Simulated in: " + ", ".join(f"{n} {kpis[n]['sim_wall_s']:.1f} s" for n in names) + ".",
@@ -192,15 +270,20 @@ def write_records(path: Path, records: list[JobRecord]) -> None:
             )
 
 
-def write_bench(out: Path, source: BenchSource, results: Mapping[str, SimResult]) -> list[Path]:
-    """Write the whole results directory; returns the files written."""
+def write_bench(
+    out: Path, source: BenchSource, results: Mapping[str, SimResult], runs: Runs | None = None
+) -> list[Path]:
+    """Write the whole results directory; returns the files written. `results` are the runs at
+    `source.seed` (records and plots come from them); `runs` all of them by seed, when the
+    workload was replayed under several."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
     path = out / "results.json"
-    path.write_text(json.dumps(results_json(source, results), indent=2, sort_keys=False) + "\n")
+    data = results_json(source, results, runs)
+    path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
     written.append(path)
     path = out / "report.md"
-    path.write_text(report_markdown(source, results))
+    path.write_text(report_markdown(source, results, runs))
     written.append(path)
     for name, result in results.items():
         (out / name).mkdir(exist_ok=True)
