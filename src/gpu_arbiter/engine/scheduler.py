@@ -696,7 +696,7 @@ class Scheduler:
         return True
 
     def _try_preempt(self, job: Job, types: list[str], n: int, now: float, ctx: _Cycle) -> bool:
-        deferred: tuple[PreemptionPlan, bool] | None = None
+        deferred: tuple[PreemptionPlan, bool, str] | None = None
         for t in types:
             if ctx.attempts >= self.cfg.max_preemption_attempts:
                 ctx.timely = True  # not looked at: the next cycle must
