@@ -120,12 +120,38 @@ def test_a_team_beyond_its_quota_cannot_take_another_teams_guaranteed_gpus_by_ti
 def test_tier1_borrows_only_from_the_unowned_pool():
     # 16 GPUs: a and b are guaranteed 6 each, 4 are nobody's.
     teams = [Team("a", quota={"H100": 6}), Team("b", quota={"H100": 6})]
-    sched = Scheduler(one_rack(), teams)
+    sched = Scheduler(one_rack(), teams, config=EngineConfig(tier1_borrows_at_tier2=False))
     sched.submit(job("big", team="a", tier=1, gpus=10, duration=1e5), 0.0)
     assert "big" in starts(cycle(sched, 0.0))
     sched.submit(job("more", team="a", tier=1, gpus=2), 1.0)
     assert cycle(sched, 1.0) == []  # 6 + 4 used: the rest of the cluster is b's guarantee
     assert sched.index.total_free == 6
+
+
+def test_tier1_beyond_its_guarantee_and_the_pool_borrows_at_tier2_and_is_reclaimed_with_notice():
+    teams = [Team("a", quota={"H100": 6}), Team("b", quota={"H100": 6})]
+    sched = Scheduler(one_rack(), teams)
+    sched.submit(job("big", team="a", tier=1, gpus=10, duration=1e5), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("more", team="a", tier=1, gpus=2, duration=1e5), 1.0)
+    assert "more" in starts(cycle(sched, 1.0))  # on b's idle guarantee, rather than wait
+    more = sched.jobs["more"]
+    assert more.tier == Tier.BUSINESS and more.borrowed and more.borrows_at_tier2
+    sched.submit(job("owner", team="b", tier=2, gpus=6), 2.0)
+    order = preempts(cycle(sched, 2.0))["more"]  # b reclaims its guarantee, with S1's notice
+    assert order.grace_s == 7200.0 and order.checkpoint and order.for_job == "owner"
+    assert sched.jobs["big"].state.value == "running"  # tier 1 at tier 1 is never a victim
+    sched.stopped("more", 62.0)
+    assert more.tier == Tier.CORE and not more.borrows_at_tier2  # queued at its own tier again
+    assert "more" in sched.queue
+
+
+def test_tier1_that_fits_its_guarantee_or_the_pool_never_runs_at_tier2():
+    teams = [Team("a", quota={"H100": 6}), Team("b", quota={"H100": 6})]
+    sched = Scheduler(one_rack(), teams)
+    sched.submit(job("core", team="a", tier=1, gpus=8), 0.0)  # 6 guaranteed + 2 of the pool
+    assert "core" in starts(cycle(sched, 0.0))
+    assert sched.jobs["core"].tier == Tier.CORE and not sched.jobs["core"].borrows_at_tier2
 
 
 def test_a_tier1_job_larger_than_its_quota_plus_the_pool_runs_at_tier2():

@@ -464,6 +464,36 @@ class Scheduler:
             return False
         ctx.timely = False
         ctx.wait_on = None
+        failure = self._attempt(job, now, ctx)
+        if failure is None:
+            return True
+        types, n, hopeless = failure
+        if self._borrows_at_tier2(job, n):
+            wait_on = ctx.wait_on
+            job.tier = Tier.BUSINESS
+            if self._attempt(job, now, ctx) is None:
+                job.borrows_at_tier2 = True
+                return True
+            job.tier = Tier.CORE
+            ctx.wait_on = wait_on  # what the tier-1 try waits for; `timely` keeps both tries'
+        self._failed(job, types, n, now, ctx, hopeless)
+        return False
+
+    def _borrows_at_tier2(self, job: Job, n: int) -> bool:
+        """Whether a tier-1 job that found no start gets a second try at tier 2: some accepted
+        type has `n` free GPUs that its team's guarantee and the pool cannot give it (S2)."""
+        if job.tier != Tier.CORE or not (self.policy.quotas and self.cfg.tier1_borrows_at_tier2):
+            return False
+        free = self.index.type_free
+        return any(
+            free[t] >= n and not self.quota.tier1_fits(job.team, t, n)
+            for t in self.types_by_speed(job)
+        )
+
+    def _attempt(self, job: Job, now: float, ctx: _Cycle) -> tuple | None:
+        """One try at the job's current tier: None if it started (or preempted for a start),
+        else (the types tried, the smallest size, the `_hopeless` stamp or None) for
+        `_failed`."""
         ctx.scopes.clear()
         spec = job.spec
         types = self._candidate_types(job)
@@ -472,8 +502,7 @@ class Scheduler:
         sizes = start_sizes(spec, self.policy.elastic)
         hopeless = self._hopeless(job, sizes[-1])
         if hopeless is not None:
-            self._failed(job, types, sizes[-1], now, ctx, hopeless)
-            return False
+            return types, sizes[-1], hopeless
         free = self.index.type_free
         # Nothing to place on when no accepted type has enough whole free GPUs (the common case
         # for a job at the back of a busy queue): go straight to preemption and reservation.
@@ -505,11 +534,10 @@ class Scheduler:
                 if res is not None:
                     fits_before(res, n, self._est_runtime(job, t, n), now)
                 self._start(job, alloc, now)
-                return True
+                return None
         if self.policy.preemption and self._try_preempt(job, types, sizes[-1], now, ctx):
-            return True
-        self._failed(job, types, sizes[-1], now, ctx)
-        return False
+            return None
+        return types, sizes[-1], None
 
     def _hopeless(self, job: Job, n: int) -> tuple | None:
         """Whether the job can neither be placed (no accepted type has `n` whole free GPUs) nor
@@ -658,7 +686,8 @@ class Scheduler:
         return res
 
     def _admissible(self, job: Job, gpu_type: str, n: int) -> bool:
-        """Tier-1 jobs cannot be preempted, so they may borrow only from the unowned pool."""
+        """Tier-1 jobs cannot be preempted, so they may borrow only from the unowned pool (beyond
+        it, a tier-1 job may borrow at tier 2: `_borrows_at_tier2`)."""
         if not self.policy.quotas or job.tier != Tier.CORE:
             return True
         return self.quota.tier1_fits(job.team, gpu_type, n)
@@ -1266,6 +1295,8 @@ class Scheduler:
         self._release(job)
         job.state = JobState.PENDING
         job.queued_since = now
+        if job.borrows_at_tier2:  # queued at its own tier again (`_borrows_at_tier2`)
+            job.tier, job.borrows_at_tier2 = Tier.CORE, False
         if demote:
             job.tier = Tier(job.tier + 1)
             job.failure_demoted = True
