@@ -154,10 +154,27 @@ def test_tier1_that_fits_its_guarantee_or_the_pool_never_runs_at_tier2():
     assert sched.jobs["core"].tier == Tier.CORE and not sched.jobs["core"].borrows_at_tier2
 
 
-def test_a_tier1_job_larger_than_its_quota_plus_the_pool_runs_at_tier2():
+def test_a_tier1_job_larger_than_its_quota_plus_the_pool_queues_at_tier1_and_runs_at_tier2():
     teams = [Team("a", quota={"H100": 6}), Team("b", quota={"H100": 6})]
     sched = Scheduler(one_rack(), teams)
-    assert sched.submit(job("huge", team="a", tier=1, gpus=16), 0.0).tier == Tier.BUSINESS
+    sched.submit(job("x", team="b", tier=3, gpus=8, duration=1e5), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("biz", team="b", tier=2, gpus=8), 1.0)  # fits the free half at once
+    huge = sched.submit(job("huge", team="a", tier=1, gpus=12), 1.0)  # > 6 guaranteed + 4
+    assert huge.tier == Tier.CORE  # walked with tier 1, ahead of biz
+    decisions = cycle(sched, 1.0)
+    order = preempts(decisions)["x"]  # tier-2 rights: a tier-3 borrower saves and stops
+    assert order.for_job == "huge" and order.grace_s > 0
+    assert "biz" not in starts(decisions)  # the free half is held for huge
+    sched.stopped("x", 61.0)
+    assert "huge" in starts(cycle(sched, 61.0))
+    assert huge.tier == Tier.BUSINESS and huge.borrowed and huge.borrows_at_tier2
+
+
+def test_without_tier2_borrowing_a_tier1_job_larger_than_its_quota_plus_the_pool_is_tier2():
+    teams = [Team("a", quota={"H100": 6}), Team("b", quota={"H100": 6})]
+    sched = Scheduler(one_rack(), teams, config=EngineConfig(tier1_borrows_at_tier2=False))
+    assert sched.submit(job("huge", team="a", tier=1, gpus=12), 0.0).tier == Tier.BUSINESS
 
 
 def test_elastic_victims_shrink_before_anyone_is_stopped():

@@ -5,7 +5,7 @@ import pytest
 
 from gpu_arbiter.domain import InvalidInput, JobState, Team, Tier
 from gpu_arbiter.domain.presets import small
-from gpu_arbiter.engine import Scheduler
+from gpu_arbiter.engine import EngineConfig, Scheduler
 from tests.conftest import job
 from tests.engine.helpers import cluster, cycle, starts
 
@@ -134,7 +134,7 @@ def test_a_job_runs_at_its_speed_on_the_slower_type():
     assert sched.jobs["slow"].rate == pytest.approx(0.87)
 
 
-def test_a_tier1_job_keeps_its_tier_only_if_its_quota_fits_a_type_it_can_run_on():
+def test_a_tier1_job_is_tier1_only_where_its_quota_fits_a_type_it_can_run_on():
     """Found by the driver property: quota plus pool was checked on every accepted type, also
     one whose NVLink domains are smaller than the job's tp size, so a tier-1 job could keep its
     tier while being admissible only where it can never be placed, and wait forever."""
@@ -143,7 +143,11 @@ def test_a_tier1_job_keeps_its_tier_only_if_its_quota_fits_a_type_it_can_run_on(
         {"name": "slow", "nodes": 8, "gpu_type": "A100", "gpus_per_node": 2, "nvlink_domain": 1},
     )
     teams = [Team("a", quota={"H100": 2, "A100": 2}), Team("b", quota={"H100": 2, "A100": 2})]
-    sched = Scheduler(c, teams)
     spec = job("tp8", tier=1, gpus=8, tp_size=8, gpu_types={"H100": 1.0, "A100": 0.87})
+    sched = Scheduler(c, teams, config=EngineConfig(tier1_borrows_at_tier2=False))
     assert sched.submit(spec, 0.0).tier == Tier.BUSINESS
     assert "tp8" in starts(cycle(sched, 0.0))
+    sched = Scheduler(c, teams)  # queued at tier 1, it borrows the H100s at tier 2
+    assert sched.submit(spec, 0.0).tier == Tier.CORE
+    assert "tp8" in starts(cycle(sched, 0.0))
+    assert sched.jobs["tp8"].borrows_at_tier2

@@ -200,8 +200,9 @@ class Scheduler:
         self._check_fits(spec)
         self._seq += 1
         tier = admitted_tier(spec, self.cfg, self.budget)
-        if tier == Tier.CORE and self.policy.quotas and not self._tier1_can_fit(spec):
-            tier = Tier.BUSINESS
+        if tier == Tier.CORE and self.policy.quotas and not self.cfg.tier1_borrows_at_tier2:
+            if not self._tier1_can_fit(spec):
+                tier = Tier.BUSINESS  # it could never start at tier 1, nor borrow at tier 2
         job = Job(
             spec=spec,
             tier=tier,
@@ -476,17 +477,21 @@ class Scheduler:
                 return True
             job.tier = Tier.CORE
             ctx.wait_on = wait_on  # what the tier-1 try waits for; `timely` keeps both tries'
+            hopeless = None  # the tier-1 try's stamp does not watch what tier 2 may preempt
         self._failed(job, types, n, now, ctx, hopeless)
         return False
 
     def _borrows_at_tier2(self, job: Job, n: int) -> bool:
-        """Whether a tier-1 job that found no start gets a second try at tier 2: some accepted
-        type has `n` free GPUs that its team's guarantee and the pool cannot give it (S2)."""
+        """Whether a tier-1 job that found no start gets a second try at tier 2 (S2): on some
+        accepted type its team's guarantee and the pool cannot give it `n` GPUs now, and either
+        `n` GPUs are free there or they never can (`n` is more than guarantee and pool: there
+        it is a tier-2 job, which may also preempt tier 3, yet queued and ordered at tier 1)."""
         if job.tier != Tier.CORE or not (self.policy.quotas and self.cfg.tier1_borrows_at_tier2):
             return False
-        free = self.index.type_free
+        free, quota, team = self.index.type_free, self.quota, job.team
         return any(
-            free[t] >= n and not self.quota.tier1_fits(job.team, t, n)
+            not quota.tier1_fits(team, t, n)
+            and (free[t] >= n or quota.limit(team, t) + quota.pool.get(t, 0) < n)
             for t in self.types_by_speed(job)
         )
 
@@ -1383,7 +1388,8 @@ class Scheduler:
     def _tier1_can_fit(self, spec) -> bool:
         """A tier-1 job must fit in its team's quota plus the unowned pool of some accepted type
         (it can never be preempted, so it may not hold another team's guarantee); a larger
-        tier-1 request runs at tier 2. Only types the job can run on count."""
+        tier-1 request runs at tier 2 when tier 1 may not borrow at tier 2. Only types the job
+        can run on count."""
         need = spec.elastic_range[0]
         return any(
             self.quota.limit(spec.team, t) + self.quota.pool.get(t, 0) >= need

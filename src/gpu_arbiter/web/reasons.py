@@ -6,7 +6,8 @@ capacity, following placement's own rules (`engine.placement`):
 
 * `preempting` — it already holds GPUs and waits for tier-2 victims to use up their grace;
 * `quota` — a tier-1 job beyond its team's quota plus the unowned pool (tier 1 may not borrow
-  another team's guarantee, S2; it borrows at tier 2 once GPUs it accepts are idle, see
+  another team's guarantee, S2; it borrows at tier 2 once GPUs it accepts are idle, and one
+  larger than guarantee and pool together may take tier-3 GPUs like a tier-2 job, see
   `EngineConfig.tier1_borrows_at_tier2`);
 * `capacity` — fewer free GPUs of every accepted type than it needs;
 * `gang` — enough free GPUs in total, but no node has them all for a job that must sit on one
