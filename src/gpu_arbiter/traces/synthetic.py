@@ -2,7 +2,9 @@
 
 Shapes follow what Philly, Helios and Alibaba PAI report: most jobs use one GPU, a few use many;
 run times are heavy-tailed (log-normal, median about an hour); arrivals are Poisson at a rate
-that keeps the cluster at the requested offered load. Teams, tiers, GPU-type constraints,
+that keeps the cluster at the requested offered load. Run times are reference seconds (speed
+1.0), so the capacity that load is a share of is speed-weighted: an A100 at 0.87 serves 0.87 of
+a reference GPU-second per second. Teams, tiers, GPU-type constraints,
 elastic ranges, checkpointing, tensor parallelism, rack caps and power profiles are drawn so
 every engine step is exercised. The same (n, seed, cluster) always gives the same jobs.
 
@@ -48,6 +50,12 @@ def synthetic_teams(cluster: Cluster, guaranteed_share: float = 0.8) -> list[Tea
     return default_teams(cluster.gpus_by_type(), TEAM_WEIGHTS, guaranteed_share)
 
 
+def serving_capacity(cluster: Cluster) -> float:
+    """Reference GPU-seconds of work the cluster serves per second: each type's GPUs times its
+    catalog speed."""
+    return sum(n * cluster.gpu_types[t].speed for t, n in cluster.gpus_by_type().items())
+
+
 def synthetic_workload(
     n: int,
     seed: int,
@@ -57,7 +65,7 @@ def synthetic_workload(
     fractional_share: float = 0.0,
     pathology_share: float = 0.0,
 ) -> list[JobSpec]:
-    """`n` jobs in submission order, offering `load` × the cluster's GPU capacity; about the
+    """`n` jobs in submission order, offering `load` × the cluster's `serving_capacity`; about the
     given shares of them are inference services, fractional one-GPU jobs and jobs with a
     pathology (see the module docstring)."""
     for name, share in (
@@ -88,7 +96,7 @@ def synthetic_workload(
     median = 3600.0 * (1 + np.log2(gpus) / 3) * np.where(tiers == 1, 2.0, 1.0)
     durations = np.clip(rng.lognormal(np.log(median), 1.3), 120.0, 7 * 86400.0)
     offered = float(np.mean(gpus * durations))
-    rate = load * cluster.total_gpus / offered  # arrivals per second
+    rate = load * serving_capacity(cluster) / offered  # arrivals per second
     submits = np.cumsum(rng.exponential(1.0 / rate, size=n))
     submits -= submits[0]
     over = rng.uniform(1.2, 3.0, size=n)
