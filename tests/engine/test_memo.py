@@ -7,6 +7,7 @@ from gpu_arbiter.domain.presets import small
 from gpu_arbiter.engine import Scheduler
 from gpu_arbiter.engine.memo import FailureMemo
 from tests.conftest import job
+from tests.engine.helpers import cluster
 
 
 def test_a_failure_stands_for_larger_requests_under_the_same_stamp_only():
@@ -72,3 +73,41 @@ def test_a_job_with_no_way_to_start_is_remembered_until_gpus_free_up_on_its_type
     sched.stopped("b-borrower", 65.0)
     sched.cycle(65.0)
     assert sched.jobs["a-more"].state.value == "running"
+
+
+def test_jobs_that_can_start_nowhere_are_not_tried_again_for_a_type_none_of_them_reserves():
+    """Team a's tier-3 jobs accept both types, but team b fills the cluster within its quota:
+    they can start nowhere (hopeless). A failed try reserves only the first type it would
+    take, so the slow type stays unreserved; a release that frees too few GPUs for any of
+    them must not send them all through a whole try again (it did, once per cycle, in long
+    queues). GPUs enough for them still start them."""
+    c = cluster(
+        {"name": "fast", "nodes": 1, "gpu_type": "H100"},
+        {"name": "slow", "nodes": 1, "gpu_type": "A100"},
+    )
+    teams = [Team("a", quota={}), Team("b", quota={"H100": 8, "A100": 8})]
+    sched = Scheduler(c, teams, "arbiter")
+    for name, gpus, duration, gpu_type in (
+        ("b-fast", 8, 1e6, "H100"),
+        ("b-slow", 6, 50.0, "A100"),
+        ("b-short", 2, 5.0, "A100"),
+    ):
+        spec = job(name, team="b", tier=2, gpus=gpus, duration=duration, gpu_types={gpu_type: 1})
+        sched.submit(spec, 0.0)
+    assert sched.cycle(0.0).started == 3
+    both = {"H100": 1.0, "A100": 0.87}
+    names = [f"a-{i}" for i in range(4)]
+    for name in names:
+        sched.submit(job(name, gpus=4, gpu_types=both, walltime_s=200.0), 1.0)
+    assert sched.cycle(1.0).started == 0
+    assert all(sched._blocked[n][0] == "hopeless" for n in names)
+    assert set(sched._reservations) == {"H100"}
+
+    tried: list[str] = []
+    attempt = sched._attempt
+    sched._attempt = lambda j, now, ctx: tried.append(j.id) or attempt(j, now, ctx)
+    sched.finished("b-short", 5.0)  # 2 A100s free: too few for any of them
+    assert sched.cycle(5.0).started == 0
+    assert tried == ["a-0"]  # the first look of a cycle makes the H100 reservation again
+    sched.finished("b-slow", 50.0)
+    assert sched.cycle(50.0).started == 2  # 8 A100s free: two of them start there

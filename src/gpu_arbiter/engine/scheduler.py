@@ -501,11 +501,15 @@ class Scheduler:
         `_failed`."""
         ctx.scopes.clear()
         spec = job.spec
+        sizes = start_sizes(spec, self.policy.elastic)
+        hopeless = self._hopeless(job, sizes[-1])
+        if hopeless is not None:
+            types = self._types_when_hopeless(job, sizes[-1])
+            if types is not None:
+                return types, sizes[-1], hopeless
         types = self._candidate_types(job)
         if len(types) < len(self.types_by_speed(job)):
             ctx.timely = True  # the policy held some types back, for now (engine.typechoice)
-        sizes = start_sizes(spec, self.policy.elastic)
-        hopeless = self._hopeless(job, sizes[-1])
         if hopeless is not None:
             return types, sizes[-1], hopeless
         free = self.index.type_free
@@ -572,6 +576,20 @@ class Scheduler:
                     starts = self._starts[t]
             wake.append((self._releases(job, t), starts))
         return (_HOPELESS, int(job.tier), n, tuple(wake))
+
+    def _types_when_hopeless(self, job: Job, n: int) -> list[str] | None:
+        """What `_candidate_types` gives a `_hopeless` job, without working it out (the
+        common failed try of a long queue); None where only it can say. No accepted type has
+        `n` GPUs free, so neither the type choice nor the smart order has anything to choose
+        between, and only the type the policy puts first moves
+        (`Policy.first_type_when_hopeless`). Both ask about the smallest size."""
+        if n != job.spec.elastic_range[0]:
+            return None
+        first = self.policy.first_type_when_hopeless(self, job)
+        if first is None:
+            return None
+        types = self.types_by_speed(job)
+        return types if first == types[0] else [first, *(t for t in types if t != first)]
 
     def _releases(self, job: Job, gpu_type: str) -> int:
         """The release counter a `_hopeless` job watches on the type: its team's (the way back
@@ -640,11 +658,15 @@ class Scheduler:
         remembered. It still counts as blocked on its types, and a type without a reservation
         yet gets its reservation from a full look."""
         types = self.types_by_speed(job)
+        hopeless = stamp[0] == _HOPELESS
         if self.policy.backfill == "reserve":
-            for t in types:
+            # A hopeless job's failed try reserves its first candidate type only: the others
+            # may stay unreserved for good, and looking again would not change that.
+            tried = self._types_when_hopeless(job, stamp[2]) if hopeless else None
+            for t in types if tried is None else tried[:1]:
                 if t not in ctx.reservations:
                     return False
-        if stamp[0] == _HOPELESS:
+        if hopeless:
             if not self._still_hopeless(job, stamp, types):
                 return False
             n = stamp[2]

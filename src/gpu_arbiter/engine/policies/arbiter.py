@@ -131,6 +131,13 @@ class ArbiterPolicy(Policy):
             types = [planned] + [t for t in types if t != planned]
         return patient_types(sched, job, types, self.now) if self.patient else types
 
+    def first_type_when_hopeless(self, sched, job: Job) -> str | None:
+        # With no accepted type free enough, the type choice keeps the order (nothing to
+        # choose between) and only the plan or a move's destination can come first.
+        if job.id in self.dest:
+            return None  # `candidate_types` takes it
+        return self.plan.get(job.id) or sched.types_by_speed(job)[0]
+
     def after_walk(self, sched, now: float, reservations: dict) -> None:
         if self.moves is None:
             return
