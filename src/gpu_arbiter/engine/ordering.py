@@ -16,7 +16,16 @@ from gpu_arbiter.domain import Job
 
 
 class PendingQueue:
-    __slots__ = ("group_key", "rank_key", "groups", "members", "pinned", "_walking", "_buffer")
+    __slots__ = (
+        "group_key",
+        "rank_key",
+        "groups",
+        "members",
+        "pinned",
+        "version",
+        "_walking",
+        "_buffer",
+    )
 
     def __init__(
         self,
@@ -28,6 +37,7 @@ class PendingQueue:
         self.groups: dict[Hashable, SortedList] = {}
         self.members: dict[str, tuple[Hashable, tuple]] = {}
         self.pinned: dict[str, int] = {}  # GPUs wanted by pending jobs that accept one type only
+        self.version = 0  # changes with every job added or removed
         self._walking = False
         self._buffer: list[tuple[bool, Job]] = []
 
@@ -47,6 +57,7 @@ class PendingQueue:
         item = (*self.rank_key(job), job.seq, job)
         self.groups.setdefault(group, SortedList(key=lambda x: x[:-1])).add(item)
         self.members[job.id] = (group, item)
+        self.version += 1
         self._pin(job, +1)
 
     def remove(self, job: Job) -> None:
@@ -61,6 +72,7 @@ class PendingQueue:
         sl.remove(item)
         if not sl:
             del self.groups[group]
+        self.version += 1
         self._pin(job, -1)
 
     def _pin(self, job: Job, sign: int) -> None:

@@ -659,13 +659,13 @@ class Scheduler:
         yet gets its reservation from a full look."""
         types = self.types_by_speed(job)
         hopeless = stamp[0] == _HOPELESS
-        if self.policy.backfill == "reserve":
+        reservations = ctx.reservations
+        if self.policy.backfill == "reserve" and not all(t in reservations for t in types):
             # A hopeless job's failed try reserves its first candidate type only: the others
             # may stay unreserved for good, and looking again would not change that.
             tried = self._types_when_hopeless(job, stamp[2]) if hopeless else None
-            for t in types if tried is None else tried[:1]:
-                if t not in ctx.reservations:
-                    return False
+            if tried is None or tried[0] not in reservations:
+                return False
         if hopeless:
             if not self._still_hopeless(job, stamp, types):
                 return False

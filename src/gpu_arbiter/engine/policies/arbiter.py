@@ -74,6 +74,8 @@ class ArbiterPolicy(Policy):
         self.futile: dict[str, tuple[tuple, set[str]]] = {}  # moves ruled out (engine.migration)
         self.dest: dict[str, str] = {}  # type a moved tier-2 job asks for first when requeued
         self.advantage: dict[str, float] = {}  # fastest / slowest speed, by pending job
+        self._plan_jobs: list[Job] = []  # `_plan_order`, as made from ...
+        self._planned_from: tuple | None = None  # ... this (queue, queue version)
         self.now = 0.0
 
     def rank_key(self, job: Job) -> tuple:
@@ -92,16 +94,30 @@ class ArbiterPolicy(Policy):
         self.now = now
         if len(sched.index.type_total) < 2 or not len(sched.queue) or not sched.index.total_free:
             return  # nothing to plan onto
+        left = dict(sched.index.type_free)
+        for j in self._plan_order(sched):
+            n = j.spec.elastic_range[0]
+            for t in sched.types_by_speed(j):
+                if left.get(t, 0) >= n:
+                    self.plan[j.id] = t
+                    left[t] -= n
+                    break
+
+    def _plan_order(self, sched) -> list[Job]:
+        """The jobs the plan considers, in the order it takes them: the same while the queue
+        is (a cycle often follows one that started nobody)."""
+        queue = sched.queue
+        if self._planned_from == (queue, queue.version):
+            return self._plan_jobs
         # The head of the queue only: deep jobs cannot get GPUs this cycle anyway.
         pending = [
             j
-            for j in islice(sched.queue.in_group_order(), PLAN_DEPTH)
+            for j in islice(queue.in_group_order(), PLAN_DEPTH)
             if j.state == JobState.PENDING and len(sched.types_by_speed(j)) > 1
         ]
-        left = dict(sched.index.type_free)
         known = self.advantage
         if len(known) > 4 * PLAN_DEPTH:  # forget jobs that left the queue
-            self.advantage = known = {k: v for k, v in known.items() if k in sched.queue}
+            self.advantage = known = {k: v for k, v in known.items() if k in queue}
 
         def advantage(j: Job) -> float:
             a = known.get(j.id)
@@ -113,13 +129,9 @@ class ArbiterPolicy(Policy):
         def planned_first(j: Job) -> tuple:  # tier 1 first: it never moves off its type
             return (j.tier != Tier.CORE, -advantage(j), j.tier, j.seq)
 
-        for j in sorted(pending, key=planned_first):
-            n = j.spec.elastic_range[0]
-            for t in sched.types_by_speed(j):
-                if left.get(t, 0) >= n:
-                    self.plan[j.id] = t
-                    left[t] -= n
-                    break
+        self._plan_jobs = sorted(pending, key=planned_first)
+        self._planned_from = (queue, queue.version)
+        return self._plan_jobs
 
     def candidate_types(self, sched, job: Job) -> list[str]:
         types = sched.types_by_speed(job)
