@@ -656,7 +656,8 @@ class Scheduler:
         only gets stricter with time. Decisions that can change with time alone (lost work
         weighed against a wait, a policy holding types back, a staggered start) are never
         remembered. It still counts as blocked on its types, and a type without a reservation
-        yet gets its reservation from a full look."""
+        yet gets its reservation from a full look (for a hopeless job, the one type its full
+        look would reserve)."""
         types = self.types_by_speed(job)
         hopeless = stamp[0] == _HOPELESS
         reservations = ctx.reservations

@@ -4,9 +4,9 @@ Shapes follow what Philly, Helios and Alibaba PAI report: most jobs use one GPU,
 run times are heavy-tailed (log-normal, median about an hour); arrivals are Poisson at a rate
 that keeps the cluster at the requested offered load. Run times are reference seconds (speed
 1.0), so the capacity that load is a share of is speed-weighted: an A100 at 0.87 serves 0.87 of
-a reference GPU-second per second. Teams, tiers, GPU-type constraints,
-elastic ranges, checkpointing, tensor parallelism, rack caps and power profiles are drawn so
-every engine step is exercised. The same (n, seed, cluster) always gives the same jobs.
+a reference GPU-second per second. Teams, tiers, GPU-type constraints, elastic ranges,
+checkpointing, tensor parallelism, rack caps and power profiles are drawn so every engine step
+is exercised. The same (n, seed, cluster) always gives the same jobs.
 
 Optional shares turn some jobs into inference services with a latency SLO (S9), fractional-GPU
 jobs (S11) or jobs that develop an F5 pathology. They draw from a second generator, so with all
