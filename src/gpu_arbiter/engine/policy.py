@@ -81,11 +81,12 @@ class Policy:
     def candidate_types(self, sched: Scheduler, job: Job) -> list[str]:
         return sched.types_by_speed(job)
 
-    def first_type_when_hopeless(self, sched: Scheduler, job: Job) -> str | None:
-        """The first of `candidate_types` for a job that can start nowhere
-        (`Scheduler._hopeless`), the one type its failed try reserves, named without working
-        the candidates out; None where only `candidate_types` can say."""
-        return sched.types_by_speed(job)[0]
+    def types_when_hopeless(self, sched: Scheduler, job: Job) -> list[str] | None:
+        """`candidate_types` for a job that can start nowhere (`Scheduler._hopeless`), the
+        common failed try of a long queue: with no accepted type free enough there is nothing
+        to choose between, so a policy whose type choice is costly may answer without it.
+        None where only `candidate_types` can say."""
+        return self.candidate_types(sched, job)
 
     def before_cycle(self, sched: Scheduler, now: float) -> None:
         """Round-based policies re-plan here (and may preempt through `sched.preempt`)."""

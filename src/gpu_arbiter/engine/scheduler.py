@@ -578,18 +578,12 @@ class Scheduler:
         return (_HOPELESS, int(job.tier), n, tuple(wake))
 
     def _types_when_hopeless(self, job: Job, n: int) -> list[str] | None:
-        """What `_candidate_types` gives a `_hopeless` job, without working it out (the
-        common failed try of a long queue); None where only it can say. No accepted type has
-        `n` GPUs free, so neither the type choice nor the smart order has anything to choose
-        between, and only the type the policy puts first moves
-        (`Policy.first_type_when_hopeless`). Both ask about the smallest size."""
+        """What `_candidate_types` gives a `_hopeless` job (`Policy.types_when_hopeless`), or
+        None where only it can say. No accepted type has `n` GPUs free, so the smart order
+        keeps the policy's too, as long as both ask about the same, smallest size."""
         if n != job.spec.elastic_range[0]:
             return None
-        first = self.policy.first_type_when_hopeless(self, job)
-        if first is None:
-            return None
-        types = self.types_by_speed(job)
-        return types if first == types[0] else [first, *(t for t in types if t != first)]
+        return self.policy.types_when_hopeless(self, job)
 
     def _releases(self, job: Job, gpu_type: str) -> int:
         """The release counter a `_hopeless` job watches on the type: its team's (the way back

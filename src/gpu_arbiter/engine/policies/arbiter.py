@@ -134,21 +134,26 @@ class ArbiterPolicy(Policy):
         return self._plan_jobs
 
     def candidate_types(self, sched, job: Job) -> list[str]:
-        types = sched.types_by_speed(job)
-        planned = self.plan.get(job.id)
-        dest = self.dest.pop(job.id, None)
-        if dest is not None and dest in types and sched.index.type_free[dest] >= job.gpus_held:
-            planned = dest  # a tier-2 job that stopped to move (engine.migration)
-        if planned is not None and planned != types[0]:
-            types = [planned] + [t for t in types if t != planned]
+        types = self._planned_first(sched, job, self.dest.pop(job.id, None))
         return patient_types(sched, job, types, self.now) if self.patient else types
 
-    def first_type_when_hopeless(self, sched, job: Job) -> str | None:
+    def types_when_hopeless(self, sched, job: Job) -> list[str] | None:
         # With no accepted type free enough, the type choice keeps the order (nothing to
-        # choose between) and only the plan or a move's destination can come first.
+        # choose between). A move's destination is `candidate_types`' to take.
         if job.id in self.dest:
-            return None  # `candidate_types` takes it
-        return self.plan.get(job.id) or sched.types_by_speed(job)[0]
+            return None
+        return self._planned_first(sched, job, None)
+
+    def _planned_first(self, sched, job: Job, dest: str | None) -> list[str]:
+        """The accepted types fastest first, but the plan's type first, or the destination
+        of a tier-2 job that stopped to move (engine.migration) where it is free enough."""
+        types = sched.types_by_speed(job)
+        planned = self.plan.get(job.id)
+        if dest is not None and dest in types and sched.index.type_free[dest] >= job.gpus_held:
+            planned = dest
+        if planned is not None and planned != types[0]:
+            types = [planned] + [t for t in types if t != planned]
+        return types
 
     def after_walk(self, sched, now: float, reservations: dict) -> None:
         if self.moves is None:
