@@ -10,7 +10,8 @@ from gpu_arbiter.engine import EngineConfig, Scheduler
 from gpu_arbiter.engine.migration import MoveRules, finish_times, never_worth, worth_moving
 from gpu_arbiter.engine.policies.arbiter import ArbiterPolicy
 from tests.conftest import job
-from tests.engine.helpers import cluster, cycle, preempts, starts
+from tests.engine.helpers import cluster, cycle, node_of, preempts, starts
+from tests.engine.invariants import check_all
 
 FLEX = {"H100": 1.0, "V100": 0.25}  # 4x faster on the H100
 FAST_ONLY = {"H100": 1.0}
@@ -158,6 +159,28 @@ def test_a_job_close_to_its_end_stays_where_it_is():
     decisions = cycle(sched, 38_000.0)
     assert "x" not in preempts(decisions)
     assert sched.jobs["x"].allocation.gpu_type == "V100"
+
+
+def test_a_move_ruled_out_for_the_rest_of_a_run_is_weighed_again_after_a_restart():
+    """x runs only 10 % faster on the H100s: short of `min_gain_share` for all of its run."""
+    sched = sched_with(teams=QUOTA)
+    sched.submit(job("blocker", tier=1, gpus=8, duration=1000.0, gpu_types=FAST_ONLY), 0.0)
+    close = {"H100": 1.0, "V100": 0.9}
+    sched.submit(job("x", gpus=8, duration=1e4, walltime_s=1e4, gpu_types=close), 0.0)
+    cycle(sched, 0.0)
+    assert "x" in sched.slower_than["H100"]
+    sched.finished("blocker", 1000.0)
+    cycle(sched, 1000.0)
+    assert "x" not in sched.slower_than["H100"]  # not weighed again in this run
+    check_all(sched, [])
+    sched.submit(job("b2", tier=1, gpus=8, duration=1e5, gpu_types=FAST_ONLY), 1001.0)
+    assert "b2" in starts(cycle(sched, 1001.0))
+    (slow,) = node_of(sched, "x")
+    sched.node_down(slow, 1002.0)  # x loses its run ...
+    sched.node_up(slow, 1003.0)
+    assert starts(cycle(sched, 1003.0))["x"].allocation.gpu_type == "V100"
+    assert "x" in sched.slower_than["H100"]  # ... and is weighed again in its next one
+    check_all(sched, [])
 
 
 def test_no_move_without_moves_in_the_policy():

@@ -38,7 +38,6 @@ already apply.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -151,34 +150,29 @@ def movable(sched: Scheduler, job: Job, now: float, rules: MoveRules) -> bool:
 
 
 def candidate_moves(
-    sched: Scheduler,
-    now: float,
-    rules: MoveRules,
-    free: dict[str, int],
-    futile: dict[str, tuple[tuple, set[str]]] | None = None,
-) -> Iterator[Move]:
+    sched: Scheduler, now: float, rules: MoveRules, free: dict[str, int]
+) -> list[Move]:
     """Every worthwhile move of a running job onto a type with enough `free` GPUs now (before
-    placement, which may still fail on topology or power). `futile` (job id -> (its start and
-    rate, targets)) remembers the targets `never_worth` ruled out for the job's current run,
-    so a busy cluster does not weigh the same hopeless moves every cycle."""
-    futile = {} if futile is None else futile
+    placement, which may still fail on topology or power). A target `never_worth` rules out
+    for the job's current run is struck from the scheduler's move index
+    (`Scheduler.rule_out_move`), so a busy cluster does not weigh the same hopeless moves
+    every cycle."""
     overhead = sched.cfg.restart_overhead_s
     grace = {k: sched.notice_of_tier(k) for k in rules.noticed_tiers}  # the others: at once
     grace.update({k: 0.0 for k in rules.tiers if k not in grace})
     grace.pop(int(Tier.CORE), None)  # never: a move is a preemption
+    index = sched.slower_than
     seen: set[str] = set()
+    moves: list[Move] = []
+    ruled_out: list[tuple[Job, str]] = []
     # Only jobs that would run faster on a type with free GPUs can move at all.
     for target in (t for t, v in free.items() if v > 0):
-        for job in sched.slower_than[target].values():
+        for job in index[target].values():
             if job.id in seen or int(job.tier) not in grace:
                 continue
             seen.add(job.id)
             n = job.gpus_held
-            run = (job.segment_start, job.rate)
-            memo = futile.get(job.id)
-            if memo is None or memo[0] != run:
-                memo = futile[job.id] = (run, set())
-            faster = [t for t in sched.faster_types(job) if free[t] >= n and t not in memo[1]]
+            faster = [t for t in sched.faster_types(job) if free[t] >= n and job.id in index[t]]
             if not faster or not movable(sched, job, now, rules):
                 continue
             notice = grace[int(job.tier)]
@@ -210,9 +204,12 @@ def candidate_moves(
                     job.spec.duration_s,
                     rules,
                 ):
-                    memo[1].add(t)
+                    ruled_out.append((job, t))
             if best is not None:
-                yield best
+                moves.append(best)
+    for job, t in ruled_out:
+        sched.rule_out_move(job, t)
+    return moves
 
 
 def respects(res: Reservation | None, job: Job, n: int, move_s: float, now: float) -> bool:
@@ -228,26 +225,20 @@ def plan_and_move(
     reservations: dict[str, Reservation],
     rules: MoveRules | None = None,
     promised: dict[str, tuple[str, int]] | None = None,
-    futile: dict[str, tuple[tuple, set[str]]] | None = None,
 ) -> int:
     """Carry out the worthwhile moves, most GPU time saved first; returns how many were made.
 
     `promised` (job id -> (GPU type, GPUs)) books the GPUs of tier-2 moves waiting out their
-    grace; entries of jobs no longer stopping are dropped, new ones added. `futile` is the
-    memo of `candidate_moves`, kept by the caller across cycles; entries of jobs no longer
-    running are dropped."""
+    grace; entries of jobs no longer stopping are dropped, new ones added."""
     rules = rules or MoveRules()
     promised = {} if promised is None else promised
     for job_id in [j for j in promised if j not in sched.pending_stops]:
         del promised[job_id]
-    futile = {} if futile is None else futile
-    for job_id in [j for j in futile if j not in sched.running]:
-        del futile[job_id]
     free = dict(sched.index.type_free)
     for t, n in promised.values():
         free[t] -= n
     moves = sorted(
-        candidate_moves(sched, now, rules, free, futile),
+        candidate_moves(sched, now, rules, free),
         key=lambda m: (-m.gain_s * m.job.gpus_held, m.job.seq),
     )
     made = 0

@@ -136,7 +136,8 @@ class Scheduler:
             (t, k): {} for t in capacity for k in (1, 2, 3)
         }
         self.borrowed_by_type: dict[str, dict[str, Job]] = {t: {} for t in capacity}
-        # Running jobs by each type they would run faster on (`faster_types`), for moves.
+        # Running jobs by each type they would run faster on (`faster_types`), for moves, less
+        # those the move step ruled out for their current run (`rule_out_move`).
         self.slower_than: dict[str, dict[str, Job]] = {t: {} for t in capacity}
         # Running jobs by expected end (walltime estimate), for backfill reservations.
         self.ends_by_type: dict[str, SortedList] = {t: SortedList() for t in capacity}
@@ -428,6 +429,12 @@ class Scheduler:
             faster = [t for t in self.types_by_speed(job) if self.speed(job, t) > job.speed]
             hit = self._faster[job.id] = (here, [t for t in faster if t != here])
         return hit[1]
+
+    def rule_out_move(self, job: Job, gpu_type: str) -> None:
+        """The running job can gain nothing by moving to `gpu_type` for the rest of its run
+        (`migration.never_worth`): drop it from `slower_than` there until it starts again or
+        is resized."""
+        del self.slower_than[gpu_type][job.id]
 
     def speed(self, job: Job, gpu_type: str) -> float | None:
         return job.spec.speed_on(gpu_type, self.cluster.gpu_types[gpu_type].speed)
@@ -1256,7 +1263,7 @@ class Scheduler:
     def _release(self, job: Job) -> None:
         self._dirty = True
         for faster in self.faster_types(job):
-            del self.slower_than[faster][job.id]
+            self.slower_than[faster].pop(job.id, None)
         self._faster.pop(job.id, None)
         alloc = job.allocation
         t = alloc.gpu_type
@@ -1353,6 +1360,8 @@ class Scheduler:
         changed += book.add(job)
         job.begin_segment(now)
         self.ends_by_type[t].add((job.expected_end_at, job.seq, job.id))
+        for faster in self.faster_types(job):  # a move may gain at the new rate
+            self.slower_than[faster][job.id] = job
         self._rebalance(job.team, t, changed)
         self._victim_changed(job)
         self._decisions.append(Resize(job.id, alloc, reason))

@@ -71,7 +71,6 @@ class ArbiterPolicy(Policy):
         self.shortest_first = shortest_first  # False: a team's jobs by submission only
         self.moved_at: float | None = None
         self.promised: dict[str, tuple[str, int]] = {}  # tier-2 moves waiting out their grace
-        self.futile: dict[str, tuple[tuple, set[str]]] = {}  # moves ruled out (engine.migration)
         self.dest: dict[str, str] = {}  # type a moved tier-2 job asks for first when requeued
         self.advantage: dict[str, float] = {}  # fastest / slowest speed, by pending job
         self._plan_jobs: list[Job] = []  # `_plan_order`, as made from ...
@@ -158,7 +157,7 @@ class ArbiterPolicy(Policy):
     def after_walk(self, sched, now: float, reservations: dict) -> None:
         if self.moves is None:
             return
-        if plan_and_move(sched, now, reservations, self.moves, self.promised, self.futile):
+        if plan_and_move(sched, now, reservations, self.moves, self.promised):
             self.moved_at = now
         self.dest.update((j, t) for j, (t, _) in self.promised.items())
 
