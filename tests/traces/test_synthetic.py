@@ -26,3 +26,10 @@ def test_the_workload_offers_the_requested_share_of_what_the_cluster_serves(clus
     # Work is in reference seconds: counting an A100 as a whole reference GPU would offer
     # medium 7 % more than asked, and its queue would grow without end at load 0.9.
     assert offered_load(cluster(), load) == pytest.approx(load, rel=0.03)
+
+
+def test_speed_factors_are_python_floats():
+    # A numpy scalar here made every rate and progress of the job numpy arithmetic (slow).
+    jobs = synthetic_workload(500, 3, medium())
+    speeds = [s for j in jobs for s in j.gpu_types.values()]
+    assert speeds and all(type(s) is float for s in speeds)

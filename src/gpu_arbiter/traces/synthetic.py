@@ -115,7 +115,9 @@ def synthetic_workload(
             k = 1 if u[i, 1] < 0.6 else 2
             start = 0 if u[i, 2] < 0.7 else int(u[i, 2] * len(types)) % len(types)
             for t in (types + types)[start : start + k]:
-                accepted[t] = round(cluster.gpu_types[t].speed * (0.9 + 0.2 * u[i, 3]), 3)
+                # A Python float: a numpy scalar here made all of the job's arithmetic slow.
+                speed = round(cluster.gpu_types[t].speed * (0.9 + 0.2 * u[i, 3]), 3)
+                accepted[t] = float(speed)
         elastic = g >= 4 and tier > 1 and u[i, 4] < 0.15
         min_g = max(1, g // 2) if elastic else None
         max_g = min(g * 2, max(g, biggest // 4)) if elastic else None
