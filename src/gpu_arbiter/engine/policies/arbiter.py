@@ -43,7 +43,9 @@ target, so a tier-1 job still starts within one cycle when no faster type is in 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from itertools import islice
+from operator import itemgetter
 
 from gpu_arbiter.domain import Job, JobState, Tier
 from gpu_arbiter.engine.migration import MoveRules, plan_and_move
@@ -72,7 +74,8 @@ class ArbiterPolicy(Policy):
         self.moved_at: float | None = None
         self.promised: dict[str, tuple[str, int]] = {}  # tier-2 moves waiting out their grace
         self.dest: dict[str, str] = {}  # type a moved tier-2 job asks for first when requeued
-        self.advantage: dict[str, float] = {}  # fastest / slowest speed, by pending job
+        # By pending job: (its tier, where the plan takes it), see `_planned_first_key`.
+        self._plan_keys: dict[str, tuple[Tier, tuple | None]] = {}
         self._plan_jobs: list[Job] = []  # `_plan_order`, as made from ...
         self._planned_from: tuple | None = None  # ... this (queue, queue version)
         self.now = 0.0
@@ -94,13 +97,17 @@ class ArbiterPolicy(Policy):
         if len(sched.index.type_total) < 2 or not len(sched.queue) or not sched.index.total_free:
             return  # nothing to plan onto
         left = dict(sched.index.type_free)
+        unplanned = sched.index.total_free
         for j in self._plan_order(sched):
             n = j.spec.elastic_range[0]
             for t in sched.types_by_speed(j):
                 if left.get(t, 0) >= n:
                     self.plan[j.id] = t
                     left[t] -= n
+                    unplanned -= n
                     break
+            if not unplanned:
+                break  # every job takes at least one GPU
 
     def _plan_order(self, sched) -> list[Job]:
         """The jobs the plan considers, in the order it takes them: the same while the queue
@@ -108,29 +115,37 @@ class ArbiterPolicy(Policy):
         queue = sched.queue
         if self._planned_from == (queue, queue.version):
             return self._plan_jobs
-        # The head of the queue only: deep jobs cannot get GPUs this cycle anyway.
-        pending = [
-            j
-            for j in islice(queue.in_group_order(), PLAN_DEPTH)
-            if j.state == JobState.PENDING and len(sched.types_by_speed(j)) > 1
-        ]
-        known = self.advantage
-        if len(known) > 4 * PLAN_DEPTH:  # forget jobs that left the queue
-            self.advantage = known = {k: v for k, v in known.items() if k in queue}
-
-        def advantage(j: Job) -> float:
-            a = known.get(j.id)
-            if a is None:
-                types = sched.types_by_speed(j)
-                a = known[j.id] = sched.speed(j, types[0]) / sched.speed(j, types[-1])
-            return a
-
-        def planned_first(j: Job) -> tuple:  # tier 1 first: it never moves off its type
-            return (j.tier != Tier.CORE, -advantage(j), j.tier, j.seq)
-
-        self._plan_jobs = sorted(pending, key=planned_first)
+        # The head of the queue only: deep jobs cannot get GPUs this cycle anyway. A queue
+        # no deeper than that is all head, in any order (the plan sorts it).
+        if len(queue) <= PLAN_DEPTH:
+            head: Iterable[Job] = queue.jobs()
+        else:
+            head = islice(queue.in_group_order(), PLAN_DEPTH)
+        keys = self._plan_keys
+        if len(keys) > 4 * PLAN_DEPTH:  # forget jobs that left the queue
+            self._plan_keys = keys = {k: v for k, v in keys.items() if k in queue}
+        order = []
+        for j in head:
+            key = keys.get(j.id)
+            if key is None or key[0] != j.tier:
+                key = keys[j.id] = (j.tier, self._planned_first_key(sched, j))
+            if key[1] is not None and j.state == JobState.PENDING:
+                order.append((key[1], j))
+        order.sort(key=itemgetter(0))
+        self._plan_jobs = [j for _, j in order]
         self._planned_from = (queue, queue.version)
         return self._plan_jobs
+
+    @staticmethod
+    def _planned_first_key(sched, j: Job) -> tuple | None:
+        """Where the plan takes the job: tier 1 first (it never moves off its type), then by
+        comparative advantage (fastest over slowest type's speed), most first. None for a job
+        with one type only (nothing to plan)."""
+        types = sched.types_by_speed(j)
+        if len(types) < 2:
+            return None
+        advantage = sched.speed(j, types[0]) / sched.speed(j, types[-1])
+        return (j.tier != Tier.CORE, -advantage, j.tier, j.seq)
 
     def candidate_types(self, sched, job: Job) -> list[str]:
         types = self._planned_first(sched, job, self.dest.pop(job.id, None))
