@@ -178,31 +178,27 @@ def candidate_moves(
             notice = grace[int(job.tier)]
             runs_on = sched.notice_s(notice) if notice > 0 else None  # until it has saved
             job.advance(now)
+            spec, rate = job.spec, job.rate
+            done = job.progress_s / spec.duration_s
+            saved = job.saved_progress(now) / spec.duration_s
             best: Move | None = None
             for t in faster:
-                rate_new = sched.speed(job, t) * n / job.spec.gpus
+                rate_new = sched.speed(job, t) * n / spec.gpus
                 stay, move = finish_times(
-                    job.spec.walltime_s,
-                    job.progress_s / job.spec.duration_s,
-                    job.saved_progress(now) / job.spec.duration_s,
-                    job.rate,
+                    spec.walltime_s,
+                    done,
+                    saved,
+                    rate,
                     rate_new,
                     overhead,
                     runs_on,
-                    job.spec.duration_s,
+                    spec.duration_s,
                 )
                 if worth_moving(stay, move, rules):
                     if best is None or move < best.move_s:
                         best = Move(job, t, stay, move, notice)
                 elif never_worth(
-                    job.spec.walltime_s,
-                    job.progress_s / job.spec.duration_s,
-                    job.rate,
-                    rate_new,
-                    overhead,
-                    runs_on,
-                    job.spec.duration_s,
-                    rules,
+                    spec.walltime_s, done, rate, rate_new, overhead, runs_on, spec.duration_s, rules
                 ):
                     ruled_out.append((job, t))
             if best is not None:

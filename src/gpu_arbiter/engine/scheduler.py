@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from itertools import chain
 
 from sortedcontainers import SortedList
@@ -319,7 +319,7 @@ class Scheduler:
             self._started_at = None
         ctx = self._ctx = _Cycle(now=now)
         if not full:
-            ctx.reservations = {t: replace(r) for t, r in self._reservations.items()}
+            ctx.reservations = {t: r.copy() for t, r in self._reservations.items()}
             ctx.blocked_types = set(self._blocked_types)
             ctx.stranded_types = set(self._stranded_types)
         self.fair.decay_to(now)
@@ -350,7 +350,7 @@ class Scheduler:
             self.policy.after_walk(self, now, ctx.reservations)
         # Kept for the next newcomers-only cycle, with what this one added: a blocked newcomer's
         # reservation and the extra GPUs backfilled jobs took.
-        self._reservations = {t: replace(r) for t, r in ctx.reservations.items()}
+        self._reservations = {t: r.copy() for t, r in ctx.reservations.items()}
         self._blocked_types = set(ctx.blocked_types)
         self._stranded_types = set(ctx.stranded_types)
         if self.policy.elastic:
@@ -662,7 +662,7 @@ class Scheduler:
         types = self.types_by_speed(job)
         hopeless = stamp[0] == _HOPELESS
         reservations = ctx.reservations
-        if self.policy.backfill == "reserve" and not all(t in reservations for t in types):
+        if self.policy.backfill == "reserve" and any(t not in reservations for t in types):
             # A hopeless job's failed try reserves its first candidate type only: the others
             # may stay unreserved for good, and looking again would not change that.
             tried = self._types_when_hopeless(job, stamp[2]) if hopeless else None
