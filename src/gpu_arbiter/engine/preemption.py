@@ -85,8 +85,12 @@ def plan_preemption(
     strategy: str,
 ) -> PreemptionPlan | None:
     """The cheapest victims whose GPUs let `req` be placed, or None. `options` are the allowed
-    victims cheapest first; they are taken lazily, so a plan that needs a few victims looks at
-    a few, however many jobs run."""
+    victims cheapest first. They are released one by one until the gang fits, so a plan that
+    needs a few victims stops after a few; when stopping them all would not free enough GPUs
+    by count, none is released (the common failed search in a busy cluster)."""
+    options = list(options)
+    if index.type_free[req.gpu_type] + sum(o[3].gpus for o in options) < req.gpus:
+        return None
     released: list[tuple[Job, Allocation | None, Allocation]] = []
     alloc = None
     try:
