@@ -98,6 +98,16 @@ def test_a_small_speedup_is_ruled_out_for_good_and_a_large_one_is_not():
     assert never_worth(1e5, 0.999, 0.25, 1.0, 60.0, 60.0, 5e4, rules)  # too little left
 
 
+def test_a_move_is_ruled_out_when_its_two_rules_never_hold_at_once():
+    """A 4 h estimate for 1.6 h of work, 15 % faster: near the end the notice's share would
+    pass `min_gain_share`, but by then the gain is far below `min_gain_s`."""
+    rules = MoveRules()
+    assert never_worth(14_400.0, 0.01, 0.87, 1.0, 60.0, 60.0, 5_599.0, rules)
+    for later in (0.01, 0.5, 0.99, 0.999):
+        stay, move = finish_times(14_400.0, later, later, 0.87, 1.0, 60.0, 60.0, 5_599.0)
+        assert not worth_moving(stay, move, rules)
+
+
 def test_a_move_worth_it_only_near_the_end_of_a_long_notice_is_not_ruled_out():
     """10 % faster, with an hour's notice and a walltime 3x the work: not worth it now (the
     gain is under 20 % of staying), but once only what the notice itself gets done is left,

@@ -114,10 +114,11 @@ def never_worth(
     In what is left of the work by the estimate, `y = W (1 - d)`, which only shrinks while the
     job runs, staying takes `y / r` and moving at least `fixed + max(0, y - k) / r'` (the
     notice and the restart, then what the notice did not do, `k = W r notice / D`; without
-    notice `k = 0` and the saved share is at most the done share). The gain over `min_gain_s`
-    then grows with `y`, so once short it stays short; the margin over `min_gain_share`
-    (`(1 - share) y / r - move`) is concave in `y`, so its largest value over `[0, y]` is at
-    `y` or at `k`. Only for a faster target: elsewhere nothing is monotone."""
+    notice `k = 0` and the saved share is at most the done share). The gain grows with what
+    is left, so it reaches `min_gain_s` only down to some `x_g`; and the margin over
+    `min_gain_share` (`(1 - share) x / r - move`) is concave and piecewise linear in `x`, so
+    its largest value over `[x_g, y]`, where both rules must hold at once, is at an end or
+    at `k`. Only for a faster target: elsewhere nothing is monotone."""
     if rate_new <= rate_now or rate_now <= 0:
         return False
     y = walltime_ref * max(0.0, 1 - done)
@@ -129,10 +130,19 @@ def never_worth(
     def move(x: float) -> float:
         return fixed + max(0.0, x - k) / rate_new
 
-    if y / rate_now - move(y) < rules.min_gain_s:
+    least = rules.min_gain_s
+    if y / rate_now - move(y) < least:
         return True
+    # Where the gain falls to `min_gain_s`: below `k` it is `x / r - fixed`, above it
+    # `x (1/r - 1/r') + k / r' - fixed`.
+    if k / rate_now - fixed >= least:
+        x_g = rate_now * (least + fixed)
+    else:
+        x_g = (least + fixed - k / rate_new) / (1 / rate_now - 1 / rate_new)
+    x_g = min(max(x_g, 0.0), y)
     keep = 1 - rules.min_gain_share
-    return max(keep * x / rate_now - move(x) for x in (y, min(k, y))) < 0
+    ends = (y, x_g, k) if x_g <= k <= y else (y, x_g)
+    return max(keep * x / rate_now - move(x) for x in ends) < 0
 
 
 def movable(sched: Scheduler, job: Job, now: float, rules: MoveRules) -> bool:
