@@ -172,6 +172,7 @@ class Scheduler:
         self._blocked: dict[str, tuple] = {}  # job id -> `_blocked_stamp` of its last failure
         self._started_at: float | None = None  # when a job last started (a victim after that)
         self._place_failed = FailureMemo()
+        self._reserves = self.policy.backfill == "reserve"  # read for every blocked job
         self._preempt_failed = FailureMemo()
         for n in cluster.nodes:
             if n.gpus:
@@ -329,13 +330,21 @@ class Scheduler:
         self.queue.begin_walk()
         try:
             walk = self.policy.ordered(self, now) if full else self._fresh_order(fresh)
+            # The loop every pending job goes through, most of them only to be found still
+            # blocked: the names it reads are looked up once.
+            limit, holds, pending, try_start = (
+                self.cfg.max_examined,
+                self.holds,
+                JobState.PENDING,
+                self._try_start,
+            )
             for job in walk:
-                if examined >= self.cfg.max_examined or ctx.stop:
+                if examined >= limit or ctx.stop:
                     break
-                if job.state != JobState.PENDING or job.id in self.holds:
+                if job.state != pending or job.id in holds:
                     continue
                 examined += 1
-                if self._try_start(job, now, ctx):
+                if try_start(job, now, ctx):
                     started += 1
         finally:
             self.queue.end_walk()
@@ -662,7 +671,7 @@ class Scheduler:
         types = self.types_by_speed(job)
         hopeless = stamp[0] == _HOPELESS
         reservations = ctx.reservations
-        if self.policy.backfill == "reserve" and any(t not in reservations for t in types):
+        if self._reserves and not all(map(reservations.__contains__, types)):
             # A hopeless job's failed try reserves its first candidate type only: the others
             # may stay unreserved for good, and looking again would not change that.
             tried = self._types_when_hopeless(job, stamp[2]) if hopeless else None
