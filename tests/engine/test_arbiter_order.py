@@ -38,3 +38,25 @@ def test_without_shortest_first_a_team_keeps_submission_order():
     sched = contended(ArbiterPolicy(shortest_first=False))
     sched.finished("busy", 100.0)
     assert set(starts(cycle(sched, 100.0))) == {"long"}
+
+
+def test_the_plan_order_after_starts_is_the_order_a_fresh_plan_makes():
+    """Jobs leaving the queue (they started) keep the others in the plan's order: the kept
+    order must be the one a policy seeing the queue for the first time makes."""
+    c = cluster(
+        {"name": "fast", "nodes": 1, "gpu_type": "H100"},
+        {"name": "slow", "nodes": 1, "gpu_type": "V100"},
+    )
+    policy = ArbiterPolicy()
+    sched = Scheduler(c, policy=policy)
+    for i, (tier, slow) in enumerate([(3, 0.5), (2, 0.25), (1, 0.9), (3, 0.1), (2, 0.5)]):
+        spec = job(f"j{i}", tier=tier, gpus=8, gpu_types={"H100": 1.0, "V100": slow})
+        sched.submit(spec, 0.0)  # queued only: no cycle runs
+    first = [j.id for j in policy._plan_order(sched)]
+    assert first == ["j2", "j3", "j1", "j4", "j0"]  # tier 1, then most to gain, then tier
+    sched.queue.remove(sched.jobs["j3"])
+    sched.queue.remove(sched.jobs["j2"])
+    kept = [j.id for j in policy._plan_order(sched)]
+    assert kept == [j.id for j in ArbiterPolicy()._plan_order(sched)] == ["j1", "j4", "j0"]
+    sched.submit(job("j5", gpus=8, gpu_types={"H100": 1.0, "V100": 0.2}), 1.0)
+    assert [j.id for j in policy._plan_order(sched)] == ["j5", "j1", "j4", "j0"]

@@ -64,7 +64,8 @@ class QuotaBook:
         return sum(self.used.get((team, gpu_type, k), 0) for k in range(1, max_tier + 1))
 
     def within(self, team: str, gpu_type: str, gpus: int, tier: int = 3) -> bool:
-        return self.used_by(team, gpu_type, tier) + gpus <= self.limit(team, gpu_type)
+        limit = self.limit(team, gpu_type)
+        return gpus <= limit and self.used_by(team, gpu_type, tier) + gpus <= limit
 
     def tier1_fits(self, team: str, gpu_type: str, gpus: int) -> bool:
         """Whether a tier-1 job of `gpus` fits in the team's quota plus what is left of the pool."""
