@@ -61,7 +61,15 @@ class QuotaBook:
         return self.quota.get(team, {}).get(gpu_type, 0)
 
     def used_by(self, team: str, gpu_type: str, max_tier: int = 3) -> int:
-        return sum(self.used.get((team, gpu_type, k), 0) for k in range(1, max_tier + 1))
+        """GPUs the team's jobs of tier `max_tier` or higher use on the type (spelled out for
+        the three tiers: every try of a pending job asks)."""
+        get = self.used.get
+        n = get((team, gpu_type, 1), 0)
+        if max_tier >= 2:
+            n += get((team, gpu_type, 2), 0)
+            if max_tier >= 3:
+                n += get((team, gpu_type, 3), 0)
+        return n
 
     def within(self, team: str, gpu_type: str, gpus: int, tier: int = 3) -> bool:
         limit = self.limit(team, gpu_type)

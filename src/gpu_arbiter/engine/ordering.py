@@ -121,10 +121,12 @@ class PendingQueue:
             heap = [(share(team), team, iter(sl)) for team, sl in tiers[tier]]
             heapq.heapify(heap)
             while heap:
-                _, team, it = heap[0]
+                last, team, it = heap[0]
                 item = next(it, None)
                 if item is None:
                     heapq.heappop(heap)
                     continue
                 yield item[-1]
-                heapq.heapreplace(heap, (share(team), team, it))  # teams are unique: no ties
+                now = share(team)
+                if now != last:  # unchanged (its job did not start): it stays the lowest
+                    heapq.heapreplace(heap, (now, team, it))  # teams are unique: no ties
