@@ -216,6 +216,9 @@ class Job:
     # `EngineConfig.tier1_borrows_at_tier2`); it is queued at tier 1 again when it stops.
     borrows_at_tier2: bool = False
     seq: int = 0
+    # The accepted types of the scheduler's cluster it can run on, fastest first (set by
+    # `Scheduler.types_by_speed`, which every step of a cycle asks).
+    types: list[str] | None = field(default=None, repr=False, compare=False)
     # The spec's, copied: read on every step of every cycle, and a property costs a call.
     id: str = field(init=False)
     team: str = field(init=False)

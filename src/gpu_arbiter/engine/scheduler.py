@@ -159,7 +159,6 @@ class Scheduler:
         self._stranded_types: set[str] = set()
         self._seq = 0
         self._max_gang: dict[tuple[str, int | None], int] = {}
-        self._types: dict[str, list[str]] = {}
         self._faster: dict[str, tuple[str, list[str]]] = {}  # see faster_types
         self._max_domain: dict[str, int] = {}
         self._power_coupled = self._types_sharing_racks(cluster)
@@ -419,13 +418,12 @@ class Scheduler:
 
     def types_by_speed(self, job: Job) -> list[str]:
         """Accepted GPU types of this cluster the job can run on, fastest for the job first."""
-        types = self._types.get(job.id)
+        types = job.types
         if types is None:
-            types = sorted(
+            types = job.types = sorted(
                 (t for t in self.index.max_size if self._runs_on(job.spec, t)),
                 key=lambda t: (-self.speed(job, t), t),
             )
-            self._types[job.id] = types
         return types
 
     def faster_types(self, job: Job) -> list[str]:
