@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import chain
 
 from gpu_arbiter.domain import Allocation, Job
 from gpu_arbiter.engine.capacity import CapacityIndex
@@ -85,16 +86,23 @@ def plan_preemption(
     strategy: str,
 ) -> PreemptionPlan | None:
     """The cheapest victims whose GPUs let `req` be placed, or None. `options` are the allowed
-    victims cheapest first. They are released one by one until the gang fits, so a plan that
-    needs a few victims stops after a few; when stopping them all would not free enough GPUs
-    by count, none is released (the common failed search in a busy cluster)."""
-    options = list(options)
-    if index.type_free[req.gpu_type] + sum(o[3].gpus for o in options) < req.gpus:
-        return None
+    victims cheapest first; they are taken lazily, so a plan that needs a few victims looks at
+    a few, however many jobs run. None is released in the capacity index before enough are
+    taken to free the gang's GPUs by count: when even all of them are too few (the common
+    failed search in a busy cluster), the search ends without touching the index."""
+    options = iter(options)
+    enough: list[Option] = []  # the cheapest options whose GPUs add up to the gang's
+    short = req.gpus - index.type_free[req.gpu_type]
+    while short > 0:
+        option = next(options, None)
+        if option is None:
+            return None
+        enough.append(option)
+        short -= option[3].gpus
     released: list[tuple[Job, Allocation | None, Allocation]] = []
     alloc = None
     try:
-        for _, v, kept, part, _, _ in options:
+        for _, v, kept, part, _, _ in chain(enough, options):
             _give(index, part, watts(v))
             released.append((v, kept, part))
             if index.type_free[req.gpu_type] >= req.gpus:
