@@ -23,7 +23,6 @@ class PendingQueue:
         "members",
         "pinned",
         "version",
-        "added",
         "_walking",
         "_buffer",
     )
@@ -39,7 +38,6 @@ class PendingQueue:
         self.members: dict[str, tuple[Hashable, tuple]] = {}
         self.pinned: dict[str, int] = {}  # GPUs wanted by pending jobs that accept one type only
         self.version = 0  # changes with every job added or removed
-        self.added = 0  # changes with every job added
         self._walking = False
         self._buffer: list[tuple[bool, Job]] = []
 
@@ -60,7 +58,6 @@ class PendingQueue:
         self.groups.setdefault(group, SortedList(key=lambda x: x[:-1])).add(item)
         self.members[job.id] = (group, item)
         self.version += 1
-        self.added += 1
         self._pin(job, +1)
 
     def remove(self, job: Job) -> None:

@@ -77,7 +77,7 @@ class ArbiterPolicy(Policy):
         # By pending job: (its tier, where the plan takes it), see `_planned_first_key`.
         self._plan_keys: dict[str, tuple[Tier, tuple | None]] = {}
         self._plan_jobs: list[Job] = []  # `_plan_order`, as made from ...
-        self._planned_from: tuple | None = None  # ... this (queue, version, added, all of it)
+        self._planned_from: tuple | None = None  # ... this (queue, queue version)
         self.now = 0.0
 
     def rank_key(self, job: Job) -> tuple:
@@ -113,18 +113,11 @@ class ArbiterPolicy(Policy):
         """The jobs the plan considers, in the order it takes them: the same while the queue
         is (a cycle often follows one that started nobody)."""
         queue = sched.queue
-        made = self._planned_from  # (queue, version, added, whole) of `_plan_jobs`
-        if made is not None and made[:3] == (queue, queue.version, queue.added):
-            return self._plan_jobs
-        whole = len(queue) <= PLAN_DEPTH
-        if whole and made is not None and (made[0], made[2], made[3]) == (queue, queue.added, True):
-            # Jobs only left a queue the plan took whole (they started): the rest keep order.
-            self._plan_jobs = [j for j in self._plan_jobs if j.id in queue]
-            self._planned_from = (queue, queue.version, queue.added, True)
+        if self._planned_from == (queue, queue.version):
             return self._plan_jobs
         # The head of the queue only: deep jobs cannot get GPUs this cycle anyway. A queue
         # no deeper than that is all head, in any order (the plan sorts it).
-        if whole:
+        if len(queue) <= PLAN_DEPTH:
             head: Iterable[Job] = queue.jobs()
         else:
             head = islice(queue.in_group_order(), PLAN_DEPTH)
@@ -140,7 +133,7 @@ class ArbiterPolicy(Policy):
                 order.append((key[1], j))
         order.sort(key=itemgetter(0))
         self._plan_jobs = [j for _, j in order]
-        self._planned_from = (queue, queue.version, queue.added, whole)
+        self._planned_from = (queue, queue.version)
         return self._plan_jobs
 
     @staticmethod
