@@ -171,7 +171,7 @@ class Scheduler:
         self._blocked: dict[str, tuple] = {}  # job id -> `_blocked_stamp` of its last failure
         self._started_at: float | None = None  # when a job last started (a victim after that)
         self._place_failed = FailureMemo()
-        self._reserves = self.policy.backfill == "reserve"  # read for every blocked job
+        self._reserves = self.policy.backfill == "reserve"  # EASY: read for every blocked job
         self._preempt_failed = FailureMemo()
         for n in cluster.nodes:
             if n.gpus:
@@ -641,7 +641,7 @@ class Scheduler:
         self._note_blocked(types, n, ctx)
         if self.policy.backfill == "none":
             ctx.stop = True
-        elif self.policy.backfill == "reserve" and types:
+        elif self._reserves and types:
             t = ctx.wait_on or types[0]
             if t not in ctx.reservations:
                 ctx.reservations[t] = self._reservation_for(job, t, n, now)
