@@ -6,6 +6,7 @@ import pytest
 from gpu_arbiter.domain import Team
 from gpu_arbiter.domain.presets import small
 from gpu_arbiter.engine import EngineConfig
+from gpu_arbiter.metrics import Segment, timeline
 from gpu_arbiter.sim import SimConfig, Simulator, simulate
 from gpu_arbiter.traces.synthetic import synthetic_teams, synthetic_workload
 from tests.conftest import job
@@ -127,3 +128,26 @@ def test_a_tier2_victim_with_more_work_stops_when_it_has_saved_or_its_grace_ends
     assert by_id["core"].queue_delay_s == min(grace, config.engine.notice_stop_s)
     assert by_id["x"].lost_gpu_s == 0.0  # the checkpoint it was asked for kept it all
     assert by_id["x"].finished_at > grace * 3 + 100.0
+
+
+def test_the_timeline_bins_held_and_useful_gpu_time_by_overlap():
+    segments = [
+        Segment(0.0, 50.0, 2, 50.0),  # 2 GPUs, half of their time kept
+        Segment(25.0, 100.0, 4, 300.0),  # 4 GPUs, all kept
+        Segment(60.0, 60.0, 8, 0.0),  # empty: ignored
+    ]
+    tl = timeline(segments, total_gpus=8, start_s=0.0, end_s=100.0, bins=4)
+    assert tl["t"] == [0.0, 25.0, 50.0, 75.0]
+    assert tl["utilization"] == pytest.approx([0.25, 0.75, 0.5, 0.5])
+    assert tl["goodput"] == pytest.approx([0.125, 0.625, 0.5, 0.5])
+
+
+def test_the_timeline_of_many_segments_matches_their_one_by_one_sum():
+    """Segments are binned a block at a time: blocks add up to the sum over single segments."""
+    segments = [Segment(float(i), i + 7.5, 1 + i % 3, 0.5 * (1 + i % 3) * 7.5) for i in range(9000)]
+    tl = timeline(segments, total_gpus=100, start_s=0.0, end_s=9010.0, bins=10)
+    for b, util in enumerate(tl["utilization"]):
+        lo, hi = 901.0 * b, 901.0 * (b + 1)
+        held = sum(s.gpus * max(0.0, min(hi, s.end) - max(lo, s.start)) for s in segments)
+        assert util == pytest.approx(held / (901.0 * 100))
+        assert tl["goodput"][b] == pytest.approx(util / 2)
