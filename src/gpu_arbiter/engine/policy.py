@@ -17,6 +17,9 @@ from gpu_arbiter.domain.errors import InvalidInput
 if TYPE_CHECKING:
     from gpu_arbiter.engine.scheduler import Scheduler
 
+# The tiers below each tier, lowest (the cheapest victims) first.
+_LOWER_TIERS = {1: (3, 2), 2: (3,), 3: ()}
+
 
 class Policy:
     name = "base"
@@ -65,18 +68,18 @@ class Policy:
         """Tiers of running jobs worth testing with `may_preempt`, lowest tier (cheapest) first:
         lower tiers than the job's, and, for a job within its quota, borrowed jobs of any tier
         but 1 (reclaim)."""
-        if within_quota:
-            return (3, 2)
-        return tuple(k for k in (3, 2) if k > job.tier)
+        return (3, 2) if within_quota else _LOWER_TIERS[job.tier]
 
     def may_have_victims(
         self, sched: Scheduler, job: Job, gpu_type: str, within_quota: bool
     ) -> bool:
         """Cheap test before building the victim list: is anything of a tier `victim_tiers`
         names running on the type? (A tier-3 job over its quota has none: it only waits.)"""
-        return any(
-            sched.running_by_tier[(gpu_type, k)] for k in self.victim_tiers(job, within_quota)
-        )
+        running = sched.running_by_tier
+        for k in self.victim_tiers(job, within_quota):
+            if running[(gpu_type, k)]:
+                return True
+        return False
 
     def candidate_types(self, sched: Scheduler, job: Job) -> list[str]:
         return sched.types_by_speed(job)

@@ -611,7 +611,7 @@ class Scheduler:
         every accepted type (`types`), and no release or start its stamp watches. The check
         most jobs of a long queue get every cycle, so `_releases` is spelled out here."""
         _, tier, n, wake = stamp
-        if int(job.tier) != tier:
+        if job.tier != tier:
             return False
         free = self.index.type_free
         core, team, releases = job.tier == Tier.CORE, job.team, self.quota.releases
@@ -908,6 +908,7 @@ class Scheduler:
         nothing). `at_once`: only victims that stop (or shrink) without a grace. `count`: the
         search counts towards the cycle's `max_preemption_attempts`."""
         pending, policy = self.pending_stops, self.policy
+        inference = job.spec.kind == JobKind.INFERENCE  # others take from anyone (S9)
         allowed = (
             o
             for group in self._victim_groups(job, t, within, at_once, now, ctx)
@@ -915,7 +916,7 @@ class Scheduler:
             if o[1].allocation is o[4]  # not stopped or resized since the list was made
             and o[1].borrowed == o[5]
             and o[1].id not in pending
-            and self._may_yield_to(job, o[1])
+            and (not inference or self._inference_may_take(o[1]))
             and policy.may_preempt(self, job, o[1], within)
         )
         first = next(allowed, None)
@@ -1166,11 +1167,10 @@ class Scheduler:
         (`engine.migration`)."""
         return self.cfg.notice_stop_s if tier == Tier.EXPLORATORY else self.cfg.tier2_grace_s
 
-    def _may_yield_to(self, job: Job, victim: Job) -> bool:
+    @staticmethod
+    def _inference_may_take(victim: Job) -> bool:
         """S9: an inference job takes GPUs at once from offline work only: tier-3 or borrowed
         training, never another service and never owned tier-2 work (that needs notice)."""
-        if job.spec.kind != JobKind.INFERENCE:
-            return True
         return victim.spec.kind == JobKind.TRAINING and (
             victim.tier == Tier.EXPLORATORY or victim.borrowed
         )

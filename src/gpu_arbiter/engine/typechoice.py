@@ -56,6 +56,8 @@ def patient_types(sched: Scheduler, job: Job, types: list[str], now: float) -> l
         return types
     n = job.spec.elastic_range[0]
     free = sched.index.type_free
+    if not any(free[t] >= n for t in types):
+        return types  # nothing to choose between: none free (the common case, checked first)
     # A type the job may not take now (a tier-1 job beyond its quota and the pool) is no option.
     options = [t for t in types if sched._admissible(job, t, n)]
     if all(free[t] >= n for t in options) or not any(free[t] >= n for t in options):
