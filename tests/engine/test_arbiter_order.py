@@ -60,3 +60,22 @@ def test_the_plan_order_after_starts_is_the_order_a_fresh_plan_makes():
     assert kept == [j.id for j in ArbiterPolicy()._plan_order(sched)] == ["j1", "j4", "j0"]
     sched.submit(job("j5", gpus=8, gpu_types={"H100": 1.0, "V100": 0.2}), 1.0)
     assert [j.id for j in policy._plan_order(sched)] == ["j5", "j1", "j4", "j0"]
+
+
+def test_no_plan_is_made_while_no_pending_job_fits_the_free_gpus_of_a_type():
+    """The comparative-advantage plan is skipped (its order not even made) when the free GPUs
+    of every type are fewer than the smallest pending job needs; it is made once they are not."""
+    c = cluster(
+        {"name": "fast", "nodes": 1, "gpu_type": "H100"},
+        {"name": "slow", "nodes": 1, "gpu_type": "V100"},
+    )
+    policy = ArbiterPolicy()
+    sched = Scheduler(c, policy=policy)
+    for name in ("a", "b"):
+        sched.submit(job(name, gpus=6, gpu_types={"H100": 1.0, "V100": 0.5}, walltime_s=60.0), 0)
+    assert set(starts(cycle(sched, 0.0))) == {"a", "b"}  # 2 GPUs of each type left free
+    sched.submit(job("c", gpus=4, gpu_types={"H100": 1.0, "V100": 0.5}), 1.0)
+    cycle(sched, 1.0)
+    assert policy.plan == {} and policy._planned_from != (sched.queue, sched.queue.version)
+    sched.finished("a", 2.0)
+    assert set(starts(cycle(sched, 2.0))) == {"c"} and policy.plan == {"c": "H100"}

@@ -55,3 +55,13 @@ def test_pending_jobs_pinned_to_one_type_are_counted_per_type():
     assert q.pinned == {"H100": 4}
     q.remove(jobs["p"])
     assert q.pinned == {"H100": 0}
+
+
+def test_the_fewest_gpus_a_pending_job_starts_on_follows_the_queue():
+    q, jobs = queued(job("big", gpus=8), job("elastic", gpus=8, min_gpus=2), job("four", gpus=4))
+    assert q.sizes == {8: 1, 2: 1, 4: 1} and q.smallest() == 2
+    q.remove(jobs["elastic"])
+    assert q.smallest() == 4
+    q.remove(jobs["four"])
+    q.add(jobs["elastic"])
+    assert q.sizes == {8: 1, 2: 1} and q.smallest() == 2

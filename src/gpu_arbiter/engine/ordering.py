@@ -22,6 +22,7 @@ class PendingQueue:
         "groups",
         "members",
         "pinned",
+        "sizes",
         "version",
         "_walking",
         "_buffer",
@@ -37,6 +38,7 @@ class PendingQueue:
         self.groups: dict[Hashable, SortedList] = {}
         self.members: dict[str, tuple[Hashable, tuple]] = {}
         self.pinned: dict[str, int] = {}  # GPUs wanted by pending jobs that accept one type only
+        self.sizes: dict[int, int] = {}  # pending jobs by the fewest GPUs they can start on
         self.version = 0  # changes with every job added or removed
         self._walking = False
         self._buffer: list[tuple[bool, Job]] = []
@@ -58,7 +60,7 @@ class PendingQueue:
         self.groups.setdefault(group, SortedList(key=lambda x: x[:-1])).add(item)
         self.members[job.id] = (group, item)
         self.version += 1
-        self._pin(job, +1)
+        self._count(job, +1)
 
     def remove(self, job: Job) -> None:
         if self._walking:
@@ -73,9 +75,20 @@ class PendingQueue:
         if not sl:
             del self.groups[group]
         self.version += 1
-        self._pin(job, -1)
+        self._count(job, -1)
 
-    def _pin(self, job: Job, sign: int) -> None:
+    def smallest(self) -> int:
+        """The fewest GPUs any pending job can start on (the queue must not be empty)."""
+        return min(self.sizes)
+
+    def _count(self, job: Job, sign: int) -> None:
+        """Keep `sizes` and `pinned` current as the job joins (+1) or leaves (-1)."""
+        n = job.spec.elastic_range[0]
+        left = self.sizes.get(n, 0) + sign
+        if left:
+            self.sizes[n] = left
+        else:
+            del self.sizes[n]
         if len(job.spec.gpu_types) == 1:
             (t,) = job.spec.gpu_types
             self.pinned[t] = self.pinned.get(t, 0) + sign * job.spec.gpus

@@ -97,6 +97,8 @@ class ArbiterPolicy(Policy):
         if len(sched.index.type_total) < 2 or not len(sched.queue) or not sched.index.total_free:
             return  # nothing to plan onto
         left = dict(sched.index.type_free)
+        if max(left.values()) < sched.queue.smallest():
+            return  # no pending job fits in the free GPUs of any one type
         unplanned = sched.index.total_free
         for j in self._plan_order(sched):
             n = j.spec.elastic_range[0]
