@@ -1,7 +1,7 @@
 """Admission (S2, E1, E4): the tier a job really runs at and the quota book."""
 
 from gpu_arbiter.domain import Team, Tier
-from gpu_arbiter.engine.admission import QuotaBook, admitted_tier
+from gpu_arbiter.engine.admission import MILLI, QuotaBook, admitted_tier
 from gpu_arbiter.engine.config import EngineConfig
 from tests.conftest import job
 
@@ -35,21 +35,32 @@ def test_a_spent_budget_lowers_the_tier_but_never_raises_it():
 
 def test_the_pool_is_what_no_team_is_guaranteed():
     book = QuotaBook({"a": Team("a", quota={"H100": 40})}, {"H100": 64, "A100": 8})
-    assert book.pool == {"H100": 24, "A100": 8}
+    assert book.pool == {"H100": 24 * MILLI, "A100": 8 * MILLI}
 
 
 def test_a_job_is_within_quota_when_the_teams_work_of_its_tier_and_above_fits():
     book = QuotaBook({"a": Team("a", quota={"H100": 8})}, {"H100": 64})
-    book.add("a", "H100", 3, 8)  # tier-3 work does not count against a tier-2 job
-    assert book.within("a", "H100", 8, tier=2)
-    assert not book.within("a", "H100", 1, tier=3)
+    book.add("a", "H100", 3, 8 * MILLI)  # tier-3 work does not count against a tier-2 job
+    assert book.within("a", "H100", 8 * MILLI, tier=2)
+    assert not book.within("a", "H100", 1 * MILLI, tier=3)
+
+
+def test_fractional_jobs_use_their_share_of_the_quota():
+    book = QuotaBook({"a": Team("a", quota={"T4": 1})}, {"T4": 4})
+    book.add("a", "T4", 2, 250)
+    book.add("a", "T4", 2, 500)
+    assert book.within("a", "T4", 250, tier=2)  # 0.25 + 0.5 + 0.25 GPU: the whole guarantee
+    assert not book.within("a", "T4", 251, tier=2)
+    # Tier 1 counts only tier-1 work: the guarantee of 1 and the pool of 3.
+    assert book.tier1_fits("a", "T4", 4 * MILLI)
+    assert not book.tier1_fits("a", "T4", 4 * MILLI + 1)
 
 
 def test_tier1_beyond_its_quota_may_use_only_what_is_left_of_the_pool():
     teams = {"a": Team("a", quota={"H100": 8}), "b": Team("b", quota={"H100": 8})}
     book = QuotaBook(teams, {"H100": 20})  # pool of 4
-    assert book.tier1_fits("a", "H100", 12)
-    assert not book.tier1_fits("a", "H100", 13)
-    book.tier1_excess[("b", "H100")] = 3  # b's tier-1 jobs already use 3 of the pool
-    assert not book.tier1_fits("a", "H100", 10)
-    assert book.tier1_fits("a", "H100", 9)
+    assert book.tier1_fits("a", "H100", 12 * MILLI)
+    assert not book.tier1_fits("a", "H100", 13 * MILLI)
+    book.tier1_excess[("b", "H100")] = 3 * MILLI  # b's tier-1 jobs already use 3 of the pool
+    assert not book.tier1_fits("a", "H100", 10 * MILLI)
+    assert book.tier1_fits("a", "H100", 9 * MILLI)

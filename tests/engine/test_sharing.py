@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_arbiter.domain import Cluster, JobState, Node, Rack, Start
+from gpu_arbiter.domain import Cluster, JobState, Node, Rack, Start, Team
 from gpu_arbiter.domain.team import default_teams
 from gpu_arbiter.engine import Scheduler
 from tests.conftest import job
@@ -71,6 +71,17 @@ def test_a_fractional_job_holds_only_its_share_of_gpu_time():
     started(sched)
     done = sched.finished("q", 100.0)
     assert done.busy_gpu_s == 25.0 and done.useful_gpu_s == 25.0
+
+
+def test_fractional_jobs_use_their_share_of_the_teams_quota():
+    """S2 with S11: four quarter-GPU pods fill a one-GPU guarantee, so none of them runs on
+    borrowed capacity (counted as whole GPUs, three would) and the fifth does."""
+    c = Cluster.build("one", [Node("n0", "H100", 8, "r0")], [Rack("r0")])
+    sched = Scheduler(c, [Team("a", quota={"H100": 1}), Team("b", quota={"H100": 6})])
+    for i in range(5):
+        sched.submit(job(f"q{i}", tier=2, gpu_milli=250), 0.0)
+    assert len(started(sched)) == 5
+    assert [sched.jobs[f"q{i}"].borrowed for i in range(5)] == [False] * 4 + [True]
 
 
 @settings(max_examples=40, deadline=None)

@@ -63,3 +63,18 @@ def test_copying_a_ten_thousand_gpu_engine_costs_the_loop_milliseconds():
     snap = snapshot.build(copied)
     assert sum(n.gpus for n in snap.nodes) == 10_240
     assert len(snap.pending) + len(loop.sched.running) == 2000
+
+
+def test_a_tier1_job_beyond_its_teams_quota_and_what_is_left_of_the_pool_says_quota():
+    # Team a's guarantee is 8 GPUs of 24, so the pool is 16; a's tier-1 job holds 12 of it.
+    loop = loop_over(3, [spec("j1", "a", 1, 20), spec("j2", "b", 1, 8)])
+    snap = snapshot.take(loop, 2.0)
+    assert [j.id for j in snap.pending] == ["j2"]
+    assert reasons(snap)["j2"].code == "quota"  # 8 more do not fit in the 4 left
+
+
+def test_a_teams_use_counts_a_fractional_job_at_its_share():
+    quarter = JobSpec(id="q", team="a", tier=Tier(2), gpus=1, duration_s=1e6, gpu_milli=250)
+    loop = loop_over(1, [spec("j1", "a", 2, 4), quarter])
+    team_a = next(t for t in snapshot.take(loop, 2.0).teams if t.name == "a")
+    assert team_a.used == {"H100": 4.25}

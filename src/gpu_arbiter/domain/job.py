@@ -232,6 +232,12 @@ class Job:
         return self.allocation.gpus if self.allocation else 0
 
     @property
+    def milli_held(self) -> int:
+        """GPUs held in thousandths of a GPU: a fractional job (S11) its `gpu_milli`. What
+        quotas count (`engine.admission.QuotaBook`)."""
+        return self.allocation.gpus * self.spec.gpu_milli if self.allocation else 0
+
+    @property
     def gpu_share(self) -> float:
         """GPUs held, counting a fractional job (S11) at its share of one GPU."""
         if self.allocation is None:

@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping
 from gpu_arbiter.domain import JobSpec, Team, Tier
 from gpu_arbiter.engine.config import EngineConfig
 
+MILLI = 1000  # thousandths of a GPU in one GPU (`JobSpec.gpu_milli` of a whole-GPU job)
+
 # Given a team and the tier a job asks for, the tier the team's budget allows (E1).
 BudgetRule = Callable[[str, Tier], Tier]
 
@@ -40,28 +42,35 @@ class QuotaBook:
     the rest of a team's jobs *borrowed* — reclaimable by the owners of that capacity. Tier-1
     jobs can never be preempted, so beyond their quota they may borrow only from the elastic
     pool (capacity nobody is guaranteed), never from another team's guarantee.
+
+    Everything is counted in thousandths of a GPU (`MILLI` a GPU, as `JobSpec.gpu_milli`): a
+    pod holding a quarter of a GPU (S11) uses 250 of its team's quota, not a whole GPU. Counted
+    whole, Alibaba's fractional pods (3,077 of 7,063 at 0.02 scale) put teams beyond their
+    guarantee with GPUs to spare, so their work ran borrowed and their tier-1 pods could not
+    reclaim what was theirs.
     """
 
     __slots__ = ("quota", "used", "pool", "tier1_excess", "releases")
 
     def __init__(self, teams: Mapping[str, Team], capacity: Mapping[str, int]) -> None:
-        self.quota = {name: dict(t.quota) for name, t in teams.items()}
+        self.quota = {name: {k: v * MILLI for k, v in t.quota.items()} for name, t in teams.items()}
         self.used: dict[tuple[str, str, int], int] = {}
         self.pool = {
-            gpu_type: n - sum(q.get(gpu_type, 0) for q in self.quota.values())
+            gpu_type: n * MILLI - sum(q.get(gpu_type, 0) for q in self.quota.values())
             for gpu_type, n in capacity.items()
         }
-        # GPUs tier-1 jobs hold beyond their team's quota, per (team, GPU type): pool in use.
+        # What tier-1 jobs hold beyond their team's quota, per (team, GPU type): pool in use.
         self.tier1_excess: dict[tuple[str, str], int] = {}
         # How often a team's use of a type went down (a job stopped or shrank): what can put
         # a team's job back within its quota.
         self.releases: dict[tuple[str, str], int] = {}
 
     def limit(self, team: str, gpu_type: str) -> int:
+        """The team's guarantee on the type, in thousandths of a GPU."""
         return self.quota.get(team, {}).get(gpu_type, 0)
 
     def used_by(self, team: str, gpu_type: str, max_tier: int = 3) -> int:
-        """GPUs the team's jobs of tier `max_tier` or higher use on the type (spelled out for
+        """What the team's jobs of tier `max_tier` or higher use on the type (spelled out for
         the three tiers: every try of a pending job asks)."""
         get = self.used.get
         n = get((team, gpu_type, 1), 0)
@@ -71,19 +80,21 @@ class QuotaBook:
                 n += get((team, gpu_type, 3), 0)
         return n
 
-    def within(self, team: str, gpu_type: str, gpus: int, tier: int = 3) -> bool:
+    def within(self, team: str, gpu_type: str, milli: int, tier: int = 3) -> bool:
+        """Whether a job of the tier needing `milli` thousandths of a GPU runs within quota."""
         limit = self.limit(team, gpu_type)
-        return gpus <= limit and self.used_by(team, gpu_type, tier) + gpus <= limit
+        return milli <= limit and self.used_by(team, gpu_type, tier) + milli <= limit
 
-    def tier1_fits(self, team: str, gpu_type: str, gpus: int) -> bool:
-        """Whether a tier-1 job of `gpus` fits in the team's quota plus what is left of the pool."""
+    def tier1_fits(self, team: str, gpu_type: str, milli: int) -> bool:
+        """Whether a tier-1 job needing `milli` thousandths of a GPU fits in the team's quota
+        plus what is left of the pool."""
         key = (team, gpu_type)
-        excess = max(0, self.used_by(team, gpu_type, 1) + gpus - self.limit(team, gpu_type))
+        excess = max(0, self.used_by(team, gpu_type, 1) + milli - self.limit(team, gpu_type))
         in_pool = sum(v for (_, t), v in self.tier1_excess.items() if t == gpu_type)
         return in_pool - self.tier1_excess.get(key, 0) + excess <= self.pool.get(gpu_type, 0)
 
-    def add(self, team: str, gpu_type: str, tier: int, gpus: int) -> None:
+    def add(self, team: str, gpu_type: str, tier: int, milli: int) -> None:
         key = (team, gpu_type, int(tier))
-        self.used[key] = self.used.get(key, 0) + gpus
-        if gpus < 0:
+        self.used[key] = self.used.get(key, 0) + milli
+        if milli < 0:
             self.releases[team, gpu_type] = self.releases.get((team, gpu_type), 0) + 1

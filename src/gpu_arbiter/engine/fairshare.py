@@ -3,13 +3,17 @@
 A team's share is, over GPU types, the largest fraction of the type's capacity it holds now and
 has held recently (an exponential average with a configurable half-life), divided by its business
 weight. Among jobs of one tier the team with the lowest share goes next, and its share grows as
-it is given GPUs within the cycle (progressive filling), so no team starves.
+it is given GPUs within the cycle (progressive filling), so no team starves. A fractional job
+(S11) counts its share of a GPU: what a team holds is kept in thousandths of a GPU
+(`Job.milli_held`), as in the quota book.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+
+from gpu_arbiter.engine.admission import MILLI
 
 
 class FairShare:
@@ -20,16 +24,16 @@ class FairShare:
     ):
         self.capacity = dict(capacity)
         self.weights = dict(weights)
-        self.alloc: dict[str, dict[str, int]] = {}
+        self.alloc: dict[str, dict[str, int]] = {}  # thousandths of a GPU held now
         self.recent: dict[str, dict[str, float]] = {}
         self.half_life = half_life_s
         self.updated = 0.0
         # Shares read since the last change: a walk reads a team's share once per job.
         self._shares: dict[str, float] = {}
 
-    def add(self, team: str, gpu_type: str, gpus: int) -> None:
+    def add(self, team: str, gpu_type: str, milli: int) -> None:
         per = self.alloc.setdefault(team, {})
-        per[gpu_type] = per.get(gpu_type, 0) + gpus
+        per[gpu_type] = per.get(gpu_type, 0) + milli
         self._shares.pop(team, None)
 
     def decay_to(self, now: float) -> None:
@@ -40,7 +44,7 @@ class FairShare:
         for team, per in self.alloc.items():
             rec = self.recent.setdefault(team, {})
             for t, g in per.items():
-                rec[t] = rec.get(t, 0.0) * keep + g * (1 - keep)
+                rec[t] = rec.get(t, 0.0) * keep + g / MILLI * (1 - keep)
         self.updated = now
         self._shares.clear()
 
@@ -52,7 +56,7 @@ class FairShare:
         rec = self.recent.get(team, {})
         dominant = 0.0
         for t, cap in self.capacity.items():
-            used = 0.5 * per.get(t, 0) + 0.5 * rec.get(t, 0.0)
+            used = 0.5 * (per.get(t, 0) / MILLI) + 0.5 * rec.get(t, 0.0)
             dominant = max(dominant, used / cap)
         share = self._shares[team] = dominant / self.weights.get(team, 1.0)
         return share

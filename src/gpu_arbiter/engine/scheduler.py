@@ -503,9 +503,10 @@ class Scheduler:
         if job.tier != Tier.CORE or not (self.policy.quotas and self.cfg.tier1_borrows_at_tier2):
             return False
         free, quota, team = self.index.type_free, self.quota, job.team
+        milli = n * job.spec.gpu_milli
         return any(
-            not quota.tier1_fits(team, t, n)
-            and (free[t] >= n or quota.limit(team, t) + quota.pool.get(t, 0) < n)
+            not quota.tier1_fits(team, t, milli)
+            and (free[t] >= n or quota.limit(team, t) + quota.pool.get(t, 0) < milli)
             for t in self.types_by_speed(job)
         )
 
@@ -726,7 +727,7 @@ class Scheduler:
         it, a tier-1 job may borrow at tier 2: `_borrows_at_tier2`)."""
         if not self.policy.quotas or job.tier != Tier.CORE:
             return True
-        return self.quota.tier1_fits(job.team, gpu_type, n)
+        return self.quota.tier1_fits(job.team, gpu_type, n * job.spec.gpu_milli)
 
     def _backfill_ok(self, res: Reservation, job: Job, gpu_type: str, n: int, now: float) -> bool:
         if res.job_id == job.id:
@@ -846,7 +847,7 @@ class Scheduler:
             return scopes[key]
         scope = None
         if self.policy.preemption and self._admissible(job, gpu_type, n):
-            within = self.quota.within(job.team, gpu_type, n, job.tier)
+            within = self.quota.within(job.team, gpu_type, n * job.spec.gpu_milli, job.tier)
             scope = (within, self.policy.may_have_victims(self, job, gpu_type, within))
         scopes[key] = scope
         return scope
@@ -1252,8 +1253,8 @@ class Scheduler:
         if job.first_start is None:
             job.first_start = now
         job.queue_s += now - job.queued_since
-        self.quota.add(job.team, t, job.tier, alloc.gpus)
-        self.fair.add(job.team, t, alloc.gpus)
+        self.quota.add(job.team, t, job.tier, job.milli_held)
+        self.fair.add(job.team, t, job.milli_held)
         self.running[job.id] = job
         self.running_by_type[t][job.id] = job
         self.running_by_tier[(t, int(job.tier))][job.id] = job
@@ -1283,8 +1284,8 @@ class Scheduler:
             else:
                 self.index.give(node, gpus_to_mask(gpus), w)
             self.node_jobs[node].discard(job.id)
-        self.quota.add(job.team, t, job.tier, -alloc.gpus)
-        self.fair.add(job.team, t, -alloc.gpus)
+        self.quota.add(job.team, t, job.tier, -job.milli_held)
+        self.fair.add(job.team, t, -job.milli_held)
         del self.running[job.id]
         del self.running_by_type[t][job.id]
         del self.running_by_tier[(t, int(job.tier))][job.id]
@@ -1358,8 +1359,9 @@ class Scheduler:
             self.node_jobs[node].add(job.id)
         t = alloc.gpu_type
         self._changed(t, freed=True)
-        self.quota.add(job.team, t, job.tier, alloc.gpus - old.gpus)
-        self.fair.add(job.team, t, alloc.gpus - old.gpus)
+        delta = (alloc.gpus - old.gpus) * job.spec.gpu_milli
+        self.quota.add(job.team, t, job.tier, delta)
+        self.fair.add(job.team, t, delta)
         self.ends_by_type[t].remove((job.expected_end_at, job.seq, job.id))
         book = self.team_jobs[(job.team, t)]
         changed = book.remove(job)
@@ -1425,7 +1427,7 @@ class Scheduler:
         can run on count."""
         need = spec.elastic_range[0]
         return any(
-            self.quota.limit(spec.team, t) + self.quota.pool.get(t, 0) >= need
+            self.quota.limit(spec.team, t) + self.quota.pool.get(t, 0) >= need * spec.gpu_milli
             for t in self.index.max_size
             if self._runs_on(spec, t)
         )

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from gpu_arbiter.control.loop import ControlLoop
 from gpu_arbiter.domain import Cluster, Tier
 from gpu_arbiter.economy import is_preemptible
+from gpu_arbiter.engine.admission import MILLI
 from gpu_arbiter.engine.capacity import POWER_FACTOR
 
 
@@ -75,7 +76,7 @@ class TeamState:
     name: str
     weight: float
     quota: dict[str, int]
-    used: dict[str, int]
+    used: dict[str, float]  # GPUs held per type, fractional jobs at their share
     budget: float | None
     remaining: float | None
     burn_rate: float
@@ -132,7 +133,8 @@ def copy(loop: ControlLoop, now: float) -> Copied:
         quota_ok = True
         if job.tier == Tier.CORE and sched.policy.quotas:
             n = job.spec.elastic_range[0]
-            quota_ok = any(sched.quota.tier1_fits(job.team, t, n) for t in types)
+            milli = n * job.spec.gpu_milli
+            quota_ok = any(sched.quota.tier1_fits(job.team, t, milli) for t in types)
         live = loop.live.get(job.id)
         submitted = live.submitted_at if live is not None else job.spec.submit_s
         pending.append(
@@ -232,11 +234,12 @@ def _teams(loop: ControlLoop, now: float) -> tuple[TeamState, ...]:
         acc[0] += rate * held / 3600
         acc[1] += seg.gpus * live.spec.gpu_milli / 1000 * held
     for name, team in sorted(loop.teams.items()):
-        used: dict[str, int] = {}
+        used: dict[str, float] = {}  # GPUs, a fractional job (S11) counted at its share
         if sched is not None:
             for (t_name, gpu_type), book in sched.team_jobs.items():
                 if t_name == name and book.jobs:
-                    used[gpu_type] = sum(j.gpus_held for j in book.jobs.values())
+                    milli = sum(j.milli_held for j in book.jobs.values())
+                    used[gpu_type] = milli / MILLI
         remaining = budgets.remaining(name, now)
         out.append(
             TeamState(
