@@ -1,7 +1,7 @@
 """Admission (S2, E1, E4): the tier a job really runs at and the quota book."""
 
-from gpu_arbiter.domain import Team, Tier
-from gpu_arbiter.engine.admission import MILLI, QuotaBook, admitted_tier
+from gpu_arbiter.domain import MILLI, Team, Tier
+from gpu_arbiter.engine.admission import QuotaBook, admitted_tier
 from gpu_arbiter.engine.config import EngineConfig
 from tests.conftest import job
 

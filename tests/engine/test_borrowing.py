@@ -6,8 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_arbiter.domain import Allocation, Job, Tier
-from gpu_arbiter.engine.admission import MILLI
+from gpu_arbiter.domain import MILLI, Allocation, Job, Tier
 from gpu_arbiter.engine.borrowing import Borrowing
 from tests.conftest import job
 

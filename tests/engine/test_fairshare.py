@@ -2,10 +2,9 @@
 
 import pytest
 
-from gpu_arbiter.domain import Team
+from gpu_arbiter.domain import MILLI, Team
 from gpu_arbiter.domain.presets import small
 from gpu_arbiter.engine import Scheduler
-from gpu_arbiter.engine.admission import MILLI
 from gpu_arbiter.engine.fairshare import FairShare
 from tests.conftest import job
 from tests.engine.helpers import cycle, starts

@@ -17,6 +17,7 @@ from gpu_arbiter.domain.events import (
     Start,
 )
 from gpu_arbiter.domain.job import (
+    MILLI,
     PATHOLOGIES,
     Allocation,
     Job,
@@ -30,6 +31,7 @@ from gpu_arbiter.domain.team import Team, default_teams
 
 __all__ = [
     "GPU_CATALOG",
+    "MILLI",
     "PATHOLOGIES",
     "Allocation",
     "ArbiterError",

@@ -14,6 +14,8 @@ from enum import IntEnum, StrEnum
 
 from gpu_arbiter.domain.errors import InvalidInput
 
+MILLI = 1000  # thousandths of a GPU in one GPU: the `gpu_milli` of a whole-GPU job
+
 
 class Tier(IntEnum):
     """S1: 1 = core training (never preempted), 2 = business fine-tuning (preempted with notice),
@@ -73,7 +75,7 @@ class JobSpec:
     tp_size: int = 1
     checkpoint_interval_s: float | None = None
     power_profile: str = "normal"
-    gpu_milli: int = 1000
+    gpu_milli: int = MILLI
     kind: JobKind = JobKind.TRAINING
     latency_slo_ms: float | None = None  # S9: the P99 latency an inference service promises
     justification: str | None = None
@@ -127,11 +129,11 @@ class JobSpec:
             raise InvalidInput(
                 f"{where}: power_profile must be 'normal' or 'high', got {self.power_profile!r}"
             )
-        if not 1 <= self.gpu_milli <= 1000:
+        if not 1 <= self.gpu_milli <= MILLI:
             raise InvalidInput(f"{where}: gpu_milli must be in 1..1000, got {self.gpu_milli}")
-        if self.gpu_milli < 1000 and self.gpus != 1:
+        if self.gpu_milli < MILLI and self.gpus != 1:
             raise InvalidInput(f"{where}: a fractional GPU (gpu_milli < 1000) needs gpus == 1")
-        if self.gpu_milli < 1000 and self.is_elastic:
+        if self.gpu_milli < MILLI and self.is_elastic:
             raise InvalidInput(f"{where}: a fractional GPU (gpu_milli < 1000) cannot be elastic")
         if self.latency_slo_ms is not None:
             if self.kind != JobKind.INFERENCE:
@@ -242,7 +244,7 @@ class Job:
         """GPUs held, counting a fractional job (S11) at its share of one GPU."""
         if self.allocation is None:
             return 0.0
-        return self.allocation.gpus * self.spec.gpu_milli / 1000
+        return self.allocation.gpus * self.spec.gpu_milli / MILLI
 
     @property
     def rate(self) -> float:

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from gpu_arbiter.domain import JobSpec, Team, Tier
+from gpu_arbiter.domain import MILLI, JobSpec, Team, Tier
 from gpu_arbiter.engine.config import EngineConfig
-
-MILLI = 1000  # thousandths of a GPU in one GPU (`JobSpec.gpu_milli` of a whole-GPU job)
 
 # Given a team and the tier a job asks for, the tier the team's budget allows (E1).
 BudgetRule = Callable[[str, Tier], Tier]

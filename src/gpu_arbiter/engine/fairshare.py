@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from gpu_arbiter.engine.admission import MILLI
+from gpu_arbiter.domain import MILLI
 
 
 class FairShare:

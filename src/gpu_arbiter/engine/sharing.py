@@ -13,10 +13,8 @@ from __future__ import annotations
 
 from sortedcontainers import SortedList
 
-from gpu_arbiter.domain import Allocation
+from gpu_arbiter.domain import MILLI, Allocation
 from gpu_arbiter.engine.capacity import CapacityIndex
-
-FULL = 1000  # milli-units in one GPU
 
 
 class SharedGpus:
@@ -47,18 +45,18 @@ class SharedGpus:
             self.index.take(node, 1 << gpu, watts)
             self.watts[key] = watts
             used = 0
-        elif used + milli > FULL:
+        elif used + milli > MILLI:
             raise RuntimeError(f"double booking on node {node} GPU {gpu}: {used} + {milli} milli")
         else:
-            self._room(node).remove((FULL - used, node, gpu))
+            self._room(node).remove((MILLI - used, node, gpu))
         self._set(key, used + milli)
 
     def give(self, node: int, gpu: int, milli: int) -> None:
         """Remove `milli` units from a shared GPU; the last job out returns it to the index."""
         key = (node, gpu)
         used = self.used[key]
-        if used < FULL:
-            self._room(node).remove((FULL - used, node, gpu))
+        if used < MILLI:
+            self._room(node).remove((MILLI - used, node, gpu))
         if used == milli:
             del self.used[key]
             self.index.give(node, 1 << gpu, self.watts.pop(key))
@@ -67,9 +65,9 @@ class SharedGpus:
 
     def _set(self, key: tuple[int, int], used: int) -> None:
         self.used[key] = used
-        if used < FULL:
+        if used < MILLI:
             node, gpu = key
-            self._room(node).add((FULL - used, node, gpu))
+            self._room(node).add((MILLI - used, node, gpu))
 
     def _room(self, node: int) -> SortedList:
         t = self.index.node_type[node]

@@ -12,9 +12,8 @@ import math
 from dataclasses import dataclass, field
 
 from gpu_arbiter.control.loop import ControlLoop
-from gpu_arbiter.domain import Cluster, Tier
+from gpu_arbiter.domain import MILLI, Cluster, Tier
 from gpu_arbiter.economy import is_preemptible
-from gpu_arbiter.engine.admission import MILLI
 from gpu_arbiter.engine.capacity import POWER_FACTOR
 
 
