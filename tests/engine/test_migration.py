@@ -298,6 +298,21 @@ def test_a_tier1_job_preempts_tier3_on_the_fast_type_rather_than_start_slow():
     assert starts(decisions)["core"].allocation.gpu_type == "H100"
 
 
+def test_a_tier1_job_borrowing_at_tier2_keeps_tier1s_queueing_target():
+    """Team b is guaranteed every GPU, so team a's tier-1 job can only borrow, at tier 2 (S2).
+    The H100s free in 20 minutes: within tier 2's one-hour target, beyond tier 1's five
+    minutes. It is a tier-1 job all the same: it starts at once on the V100s."""
+    teams = [Team("a", quota={}), Team("b", quota={"H100": 8, "V100": 8})]
+    sched = sched_with(teams=teams)
+    blocker = job("h", team="b", tier=2, gpus=8, duration=1200.0, walltime_s=1200.0)
+    sched.submit(blocker, 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("core", tier=1, gpus=8, duration=1e4, walltime_s=1e4, gpu_types=FLEX), 5.0)
+    started = starts(cycle(sched, 5.0))
+    assert started["core"].allocation.gpu_type == "V100"
+    assert sched.jobs["core"].borrows_at_tier2
+
+
 THREE = {"H100": 1.0, "A100": 0.5, "V100": 0.1}  # 2x and 10x faster than on the V100s
 
 

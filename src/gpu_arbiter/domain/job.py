@@ -214,8 +214,9 @@ class Job:
     preemptions: int = 0
     restarts: int = 0
     failure_demoted: bool = False
-    # A tier-1 job running at tier 2 on GPUs beyond its team's guarantee and the pool (S2,
-    # `EngineConfig.tier1_borrows_at_tier2`); it is queued at tier 1 again when it stops.
+    # A tier-1 job trying, or running, at tier 2 on GPUs beyond its team's guarantee and the
+    # pool (S2, `EngineConfig.tier1_borrows_at_tier2`); it is queued at tier 1 again when it
+    # stops.
     borrows_at_tier2: bool = False
     seq: int = 0
     # The accepted types of the scheduler's cluster it can run on, fastest first (set by

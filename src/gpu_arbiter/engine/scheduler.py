@@ -485,11 +485,10 @@ class Scheduler:
         types, n, hopeless = failure
         if self._borrows_at_tier2(job, n):
             wait_on = ctx.wait_on
-            job.tier = Tier.BUSINESS
+            job.tier, job.borrows_at_tier2 = Tier.BUSINESS, True
             if self._attempt(job, now, ctx) is None:
-                job.borrows_at_tier2 = True
                 return True
-            job.tier = Tier.CORE
+            job.tier, job.borrows_at_tier2 = Tier.CORE, False
             ctx.wait_on = wait_on  # what the tier-1 try waits for; `timely` keeps both tries'
             hopeless = None  # the tier-1 try's stamp does not watch what tier 2 may preempt
         self._failed(job, types, n, now, ctx, hopeless)
@@ -499,7 +498,8 @@ class Scheduler:
         """Whether a tier-1 job that found no start gets a second try at tier 2 (S2): on some
         accepted type its team's guarantee and the pool cannot give it `n` GPUs now, and either
         `n` GPUs are free there or they never can (`n` is more than guarantee and pool: there
-        it is a tier-2 job, which may also preempt tier 3, yet queued and ordered at tier 1)."""
+        it is a tier-2 job, which may also preempt tier 3, yet queued and ordered at tier 1).
+        On that try it keeps tier 1's queueing target (`engine.typechoice`)."""
         if job.tier != Tier.CORE or not (self.policy.quotas and self.cfg.tier1_borrows_at_tier2):
             return False
         free, quota, team = self.index.type_free, self.quota, job.team
