@@ -148,6 +148,38 @@ def test_tier1_beyond_its_guarantee_and_the_pool_borrows_at_tier2_and_is_reclaim
     assert "more" in sched.queue
 
 
+def borrowed_half(c_tier: int) -> Scheduler:
+    """16 GPUs: b is guaranteed 10 and runs 8 of them; c, guaranteed nothing, borrows the other
+    8 with a job of `c_tier`; a is guaranteed 2, and the pool is 4."""
+    teams = [Team("a", quota={"H100": 2}), Team("b", quota={"H100": 10}), Team("c")]
+    sched = Scheduler(one_rack(), teams)
+    sched.submit(job("b-own", team="b", tier=2, gpus=8, duration=1e5), 0.0)
+    sched.submit(job("c-job", team="c", tier=c_tier, gpus=8, duration=1e5), 0.0)
+    assert set(starts(cycle(sched, 0.0))) == {"b-own", "c-job"}
+    assert sched.jobs["c-job"].borrowed
+    # More than a's guarantee plus the pool: a tier-1 job that can only run at tier 2.
+    sched.submit(job("core", team="a", tier=1, gpus=8, duration=1e5), 1.0)
+    return sched
+
+
+def test_tier1_borrowing_at_tier2_goes_before_tier2_borrowers_of_other_teams():
+    sched = borrowed_half(c_tier=2)
+    order = preempts(cycle(sched, 1.0))  # tier 1 before tier 2, with S1's notice
+    assert set(order) == {"c-job"}  # never b's job on b's own guarantee
+    assert order["c-job"].for_job == "core" and order["c-job"].grace_s == 7200.0
+    sched.stopped("c-job", 61.0)
+    assert "core" in starts(cycle(sched, 61.0))
+    assert sched.jobs["core"].borrows_at_tier2
+
+
+def test_tier1_borrowing_at_tier2_does_not_take_from_tier1_jobs_that_borrow():
+    sched = borrowed_half(c_tier=1)
+    assert sched.jobs["c-job"].borrows_at_tier2  # also beyond its guarantee and the pool
+    assert preempts(cycle(sched, 1.0)) == {}
+    core = sched.jobs["core"]
+    assert core.tier == 1 and not core.borrows_at_tier2  # queued at tier 1 again
+
+
 def test_tier1_that_fits_its_guarantee_or_the_pool_never_runs_at_tier2():
     teams = [Team("a", quota={"H100": 6}), Team("b", quota={"H100": 6})]
     sched = Scheduler(one_rack(), teams)

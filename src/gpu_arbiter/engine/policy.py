@@ -60,6 +60,11 @@ class Policy:
             return False
         if victim.borrowed and within_quota and victim.team != job.team:
             return True
+        if victim.borrowed and job.borrows_at_tier2 and victim.team != job.team:
+            # A tier-1 job borrowing at tier 2 still goes before tier-2 borrowers (S1), though
+            # not before other tier-1 jobs that borrow.
+            if victim.tier == 2 and not victim.borrows_at_tier2:
+                return True
         return job.tier < victim.tier and (
             within_quota or victim.borrowed or victim.team == job.team
         )
@@ -67,8 +72,8 @@ class Policy:
     def victim_tiers(self, job: Job, within_quota: bool) -> tuple[int, ...]:
         """Tiers of running jobs worth testing with `may_preempt`, lowest tier (cheapest) first:
         lower tiers than the job's, and, for a job within its quota, borrowed jobs of any tier
-        but 1 (reclaim)."""
-        return (3, 2) if within_quota else _LOWER_TIERS[job.tier]
+        but 1 (reclaim); a tier-1 job trying at tier 2 may also take from tier-2 borrowers."""
+        return (3, 2) if within_quota or job.borrows_at_tier2 else _LOWER_TIERS[job.tier]
 
     def may_have_victims(
         self, sched: Scheduler, job: Job, gpu_type: str, within_quota: bool

@@ -6,7 +6,9 @@ Rules (Arbiter policy; baselines override `Policy.may_preempt`):
   borrowed capacity, whatever their tier;
 - *priority*: a job may preempt a job of a lower tier (larger number) when it is within its
   quota, or the victim is borrowed, or both belong to the same team — a team beyond its quota
-  cannot take another team's guaranteed GPUs just by having a higher tier.
+  cannot take another team's guaranteed GPUs just by having a higher tier. A tier-1 job that
+  borrows at tier 2 (beyond its guarantee and the pool, S2) still goes before tier-2 jobs
+  borrowing from other teams, as a tier-1 job (but not before tier-1 jobs that borrow).
 Tier-2 victims get the configured grace and a checkpoint request; tier-3 victims stop at once
 for a tier-1 job and are otherwise asked to save first, within `EngineConfig.notice_stop_s`
 (`Scheduler._grace_of_tier`).

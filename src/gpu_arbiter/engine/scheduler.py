@@ -499,7 +499,8 @@ class Scheduler:
         accepted type its team's guarantee and the pool cannot give it `n` GPUs now, and either
         `n` GPUs are free there or they never can (`n` is more than guarantee and pool: there
         it is a tier-2 job, which may also preempt tier 3, yet queued and ordered at tier 1).
-        On that try it keeps tier 1's queueing target (`engine.typechoice`)."""
+        On that try it keeps tier 1's precedence over tier-2 borrowers of other teams
+        (`Policy.may_preempt`) and tier 1's queueing target (`engine.typechoice`)."""
         if job.tier != Tier.CORE or not (self.policy.quotas and self.cfg.tier1_borrows_at_tier2):
             return False
         free, quota, team = self.index.type_free, self.quota, job.team
@@ -857,7 +858,7 @@ class Scheduler:
         """What a preemption search depends on besides the GPU count: jobs that agree on it
         find the same victims (or none)."""
         s = job.spec
-        tier = int(job.tier)
+        tier = (int(job.tier), job.borrows_at_tier2)
         return (gpu_type, s.tp_size, s.max_racks, s.power_profile, tier, within, job.team, s.kind)
 
     def preemption_wait(self, job: Job, gpu_type: str, n: int, now: float) -> float | None:
