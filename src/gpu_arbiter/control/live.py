@@ -9,7 +9,7 @@ is dropped because the job is already running.
 
 from __future__ import annotations
 
-from gpu_arbiter.domain import Allocation, InvalidInput, Job, JobSpec, JobState, Start, Tier
+from gpu_arbiter.domain import MILLI, Allocation, InvalidInput, Job, JobSpec, JobState, Start, Tier
 from gpu_arbiter.engine import Scheduler
 from gpu_arbiter.engine.placement import gpus_to_mask
 
@@ -49,7 +49,7 @@ class LiveScheduler(Scheduler):
         (or the nodes or counts differ), so the books never double-book a GPU."""
         job = self.running.get(job_id)
         old = job.allocation if job is not None else None
-        if job is None or old is None or job.spec.gpu_milli < 1000:
+        if job is None or old is None or job.spec.gpu_milli < MILLI:
             return False
         counts = {n: len(g) for n, g in allocation.slots}
         if old.gpu_type != allocation.gpu_type or {n: len(g) for n, g in old.slots} != counts:

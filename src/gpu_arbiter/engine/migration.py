@@ -41,7 +41,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpu_arbiter.domain import Allocation, Job, JobKind, Tier
+from gpu_arbiter.domain import MILLI, Allocation, Job, JobKind, Tier
 from gpu_arbiter.engine.backfill import Reservation, fits_before
 
 if TYPE_CHECKING:
@@ -151,7 +151,7 @@ def movable(sched: Scheduler, job: Job, now: float, rules: MoveRules) -> bool:
         and job.tier != Tier.CORE
         and job.spec.walltime_s is not None
         and job.spec.kind == JobKind.TRAINING
-        and job.spec.gpu_milli == 1000
+        and job.spec.gpu_milli == MILLI
         and not job.preempting
         and job.id not in sched.pending_stops
         and job.id not in sched.hold_of

@@ -22,6 +22,7 @@ from itertools import chain
 from sortedcontainers import SortedList
 
 from gpu_arbiter.domain import (
+    MILLI,
     Allocation,
     Cluster,
     Decision,
@@ -531,7 +532,7 @@ class Scheduler:
         free = self.index.type_free
         # Nothing to place on when no accepted type has enough whole free GPUs (the common case
         # for a job at the back of a busy queue): go straight to preemption and reservation.
-        placeable = spec.gpu_milli < 1000 or any(free[t] >= sizes[-1] for t in types)
+        placeable = spec.gpu_milli < MILLI or any(free[t] >= sizes[-1] for t in types)
         for t in types if placeable else ():
             for n in sizes:
                 if not self._admissible(job, t, n):
@@ -575,7 +576,7 @@ class Scheduler:
         pool may have room again) and, where the job may take GPUs from some tier but nobody
         of it runs, jobs started there. Placement is only ever refused here for too few free
         GPUs, so power and topology need no stamp."""
-        if job.spec.gpu_milli < 1000:
+        if job.spec.gpu_milli < MILLI:
             return None  # may fit on a GPU already shared
         free = self.index.type_free
         wake = []
@@ -969,7 +970,7 @@ class Scheduler:
 
     def _in_victim_group(self, v: Job, group: int | str, now: float) -> bool:
         """Whether running job `v` belongs in a victim list of `group` (a tier, or "shrink")."""
-        if v.started_at == now or v.spec.gpu_milli < 1000:
+        if v.started_at == now or v.spec.gpu_milli < MILLI:
             return False  # never undo a start of this very cycle; shared GPUs are not freed
         shrinks = self.policy.elastic and v.spec.is_elastic and shrunk_allocation(v) is not None
         if group == "shrink":
@@ -1181,7 +1182,7 @@ class Scheduler:
         """Where `n` GPUs of `gpu_type` for `job` would go now, or None. A fractional job
         (S11) goes best-fit onto an already shared GPU before it opens a free one."""
         milli = job.spec.gpu_milli
-        if milli < 1000:
+        if milli < MILLI:
             found = self.shared.find(gpu_type, milli)
             if found is not None:
                 return found
@@ -1235,7 +1236,7 @@ class Scheduler:
         w = self._watts(job, t)
         milli = job.spec.gpu_milli
         for node, gpus in alloc.slots:
-            if milli < 1000:
+            if milli < MILLI:
                 self.shared.take(node, gpus[0], milli, w)
             else:
                 self.index.take(node, gpus_to_mask(gpus), w)
@@ -1280,7 +1281,7 @@ class Scheduler:
         w = self._watts(job)
         milli = job.spec.gpu_milli
         for node, gpus in alloc.slots:
-            if milli < 1000:
+            if milli < MILLI:
                 self.shared.give(node, gpus[0], milli)
             else:
                 self.index.give(node, gpus_to_mask(gpus), w)

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gpu_arbiter.domain import MILLI
 from gpu_arbiter.web.snapshot import NodeState, PendingJob, Snapshot
 
 # How far a request got on one GPU type: the largest wins across types.
@@ -110,7 +111,7 @@ class ReasonFinder:
     def _on_type(self, job: PendingJob, t: str) -> Reason:
         nodes = self.by_type[t]
         n = job.gpus
-        if job.gpu_milli < 1000:
+        if job.gpu_milli < MILLI:
             n = 1
         free = sum(nd.free_mask.bit_count() for nd in nodes)
         if free < n:
