@@ -535,7 +535,7 @@ class Scheduler:
         placeable = spec.gpu_milli < MILLI or any(free[t] >= sizes[-1] for t in types)
         for t in types if placeable else ():
             for n in sizes:
-                if not self._admissible(job, t, n):
+                if not self.admissible(job, t, n):
                     continue
                 res = self._reservation_over(job, t, ctx)
                 if res is not None and not self._backfill_ok(res, job, t, n, now):
@@ -724,9 +724,10 @@ class Scheduler:
             return None
         return res
 
-    def _admissible(self, job: Job, gpu_type: str, n: int) -> bool:
-        """Tier-1 jobs cannot be preempted, so they may borrow only from the unowned pool (beyond
-        it, a tier-1 job may borrow at tier 2: `_borrows_at_tier2`)."""
+    def admissible(self, job: Job, gpu_type: str, n: int) -> bool:
+        """Whether the job may hold `n` GPUs of the type now, by its quota (S2): tier-1 jobs
+        cannot be preempted, so they may borrow only from the unowned pool (beyond it, a tier-1
+        job may borrow at tier 2: `_borrows_at_tier2`)."""
         if not self.policy.quotas or job.tier != Tier.CORE:
             return True
         return self.quota.tier1_fits(job.team, gpu_type, n * job.spec.gpu_milli)
@@ -830,7 +831,7 @@ class Scheduler:
             return None
         start_here = now + self._plan_wait(job, plan, now)
         for t in types:
-            if t == gpu_type or not self._admissible(job, t, n):
+            if t == gpu_type or not self.admissible(job, t, n):
                 continue
             start = self.shadow_time(t, n + ctx.waiting.get(t, 0), now)
             if start <= start_here and start + self._est_runtime(job, t, n) <= start_here + runtime:
@@ -848,7 +849,7 @@ class Scheduler:
         if key in scopes:
             return scopes[key]
         scope = None
-        if self.policy.preemption and self._admissible(job, gpu_type, n):
+        if self.policy.preemption and self.admissible(job, gpu_type, n):
             within = self.quota.within(job.team, gpu_type, n * job.spec.gpu_milli, job.tier)
             scope = (within, self.policy.may_have_victims(self, job, gpu_type, within))
         scopes[key] = scope
@@ -1201,7 +1202,7 @@ class Scheduler:
                     continue
                 n = job.spec.elastic_range[0]
                 for t in self.types_by_speed(job):
-                    if t not in types or not self._admissible(job, t, n):
+                    if t not in types or not self.admissible(job, t, n):
                         continue
                     alloc = self._find(job, t, n)
                     if alloc is not None:

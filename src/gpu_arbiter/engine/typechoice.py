@@ -61,7 +61,7 @@ def patient_types(sched: Scheduler, job: Job, types: list[str], now: float) -> l
     if not any(free[t] >= n for t in types):
         return types  # nothing to choose between: none free (the common case, checked first)
     # A type the job may not take now (a tier-1 job beyond its quota and the pool) is no option.
-    options = [t for t in types if sched._admissible(job, t, n)]
+    options = [t for t in types if sched.admissible(job, t, n)]
     if all(free[t] >= n for t in options) or not any(free[t] >= n for t in options):
         return types  # nothing to choose between: all free, or none free
     runs = {t: sched._est_runtime(job, t, n) for t in options}

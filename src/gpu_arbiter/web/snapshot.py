@@ -132,8 +132,7 @@ def copy(loop: ControlLoop, now: float) -> Copied:
         quota_ok = True
         if job.tier == Tier.CORE and sched.policy.quotas:
             n = job.spec.elastic_range[0]
-            milli = n * job.spec.gpu_milli
-            quota_ok = any(sched.quota.tier1_fits(job.team, t, milli) for t in types)
+            quota_ok = any(sched.admissible(job, t, n) for t in types)
         live = loop.live.get(job.id)
         submitted = live.submitted_at if live is not None else job.spec.submit_s
         pending.append(
@@ -231,7 +230,7 @@ def _teams(loop: ControlLoop, now: float) -> tuple[TeamState, ...]:
         )
         acc = accrued.setdefault(live.spec.team, [0.0, 0.0])
         acc[0] += rate * held / 3600
-        acc[1] += seg.gpus * live.spec.gpu_milli / 1000 * held
+        acc[1] += seg.gpus * live.spec.gpu_milli / MILLI * held
     for name, team in sorted(loop.teams.items()):
         used: dict[str, float] = {}  # GPUs, a fractional job (S11) counted at its share
         if sched is not None:
