@@ -64,3 +64,11 @@ def test_tier1_beyond_its_quota_may_use_only_what_is_left_of_the_pool():
     book.tier1_excess[("b", "H100")] = 3 * MILLI  # b's tier-1 jobs already use 3 of the pool
     assert not book.tier1_fits("a", "H100", 10 * MILLI)
     assert book.tier1_fits("a", "H100", 9 * MILLI)
+
+
+def test_the_most_tier1_can_hold_is_the_guarantee_and_the_whole_pool():
+    teams = {"a": Team("a", quota={"H100": 8}), "b": Team("b", quota={"H100": 8})}
+    book = QuotaBook(teams, {"H100": 20})
+    book.tier1_excess[("b", "H100")] = 3 * MILLI  # in use now, but it may free up
+    assert book.tier1_most("a", "H100") == 12 * MILLI
+    assert book.tier1_most("c", "H100") == 4 * MILLI  # no guarantee: the pool only

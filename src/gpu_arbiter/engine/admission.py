@@ -83,6 +83,11 @@ class QuotaBook:
         limit = self.limit(team, gpu_type)
         return milli <= limit and self.used_by(team, gpu_type, tier) + milli <= limit
 
+    def tier1_most(self, team: str, gpu_type: str) -> int:
+        """The most the team's tier-1 jobs can ever hold on the type: its guarantee and the
+        whole pool, in thousandths of a GPU."""
+        return self.limit(team, gpu_type) + self.pool.get(gpu_type, 0)
+
     def tier1_fits(self, team: str, gpu_type: str, milli: int) -> bool:
         """Whether a tier-1 job needing `milli` thousandths of a GPU fits in the team's quota
         plus what is left of the pool."""

@@ -60,11 +60,14 @@ class Policy:
             return False
         if victim.borrowed and within_quota and victim.team != job.team:
             return True
-        if victim.borrowed and job.borrows_at_tier2 and victim.team != job.team:
-            # A tier-1 job borrowing at tier 2 still goes before tier-2 borrowers (S1), though
-            # not before other tier-1 jobs that borrow.
-            if victim.tier == 2 and not victim.borrows_at_tier2:
-                return True
+        if (
+            job.borrows_at_tier2
+            and victim.borrowed
+            and victim.team != job.team
+            and victim.tier == 2
+            and not victim.borrows_at_tier2
+        ):
+            return True  # tier 1 borrowing at tier 2 goes before tier-2, not tier-1, borrowers
         return job.tier < victim.tier and (
             within_quota or victim.borrowed or victim.team == job.team
         )

@@ -508,7 +508,7 @@ class Scheduler:
         milli = n * job.spec.gpu_milli
         return any(
             not quota.tier1_fits(team, t, milli)
-            and (free[t] >= n or quota.limit(team, t) + quota.pool.get(t, 0) < milli)
+            and (free[t] >= n or quota.tier1_most(team, t) < milli)
             for t in self.types_by_speed(job)
         )
 
@@ -1428,9 +1428,9 @@ class Scheduler:
         (it can never be preempted, so it may not hold another team's guarantee); a larger
         tier-1 request runs at tier 2 when tier 1 may not borrow at tier 2. Only types the job
         can run on count."""
-        need = spec.elastic_range[0]
+        need = spec.elastic_range[0] * spec.gpu_milli
         return any(
-            self.quota.limit(spec.team, t) + self.quota.pool.get(t, 0) >= need * spec.gpu_milli
+            self.quota.tier1_most(spec.team, t) >= need
             for t in self.index.max_size
             if self._runs_on(spec, t)
         )
