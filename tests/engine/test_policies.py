@@ -4,7 +4,7 @@ attained service, Gavel re-plans every round."""
 import pytest
 
 from gpu_arbiter.domain import InvalidInput
-from gpu_arbiter.engine import Scheduler, get_policy
+from gpu_arbiter.engine import EngineConfig, Scheduler, get_policy
 from gpu_arbiter.engine.policies.gavel import ROUND_S
 from gpu_arbiter.engine.policies.tiresias import queue_of
 from tests.conftest import job
@@ -43,8 +43,24 @@ def test_tiresias_demotes_by_attained_service_and_preempts_lower_queues():
     sched.jobs["old"].advance(500.0)
     assert queue_of(sched.jobs["old"]) == 1
     decisions = cycle(sched, 500.0)
+    order = preempts(decisions)["old"]
+    # Tiresias suspends by saving: the save takes its minute, and the old job keeps everything.
+    assert order.grace_s == sched.cfg.notice_stop_s == 60.0 and order.checkpoint
+    assert "new" not in starts(decisions)
+    sched.stopped("old", 560.0)
+    assert sched.jobs["old"].progress_s == 560.0
+    assert "new" in starts(cycle(sched, 560.0))
+
+
+def test_a_baseline_suspends_at_once_when_saves_take_no_time():
+    sched = Scheduler(one_node(), policy="tiresias", config=EngineConfig(notice_stop_s=0.0))
+    sched.submit(job("old", gpus=8, duration=1e5), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("new", gpus=8), 100.0)
+    sched.jobs["old"].advance(500.0)
+    decisions = cycle(sched, 500.0)
     assert preempts(decisions)["old"].grace_s == 0 and "new" in starts(decisions)
-    assert sched.jobs["old"].progress_s == 500.0  # Tiresias suspends, keeping the progress
+    assert sched.jobs["old"].progress_s == 500.0
 
 
 def test_tiresias_wakes_up_when_a_running_job_will_cross_a_threshold():
@@ -65,7 +81,10 @@ def test_gavel_replans_every_round_and_swaps_the_least_served_job_in():
     other = "b" if ran == "a" else "a"
     assert cycle(sched, ROUND_S / 2) == []  # no re-plan within a round
     decisions = cycle(sched, ROUND_S)
-    assert ran in preempts(decisions) and other in starts(decisions)
+    assert preempts(decisions)[ran].grace_s == 60.0 and other not in starts(decisions)
+    sched.stopped(ran, ROUND_S + 60.0)  # saved as its lease ended
+    assert sched.jobs[ran].progress_s == ROUND_S + 60.0
+    assert other in starts(cycle(sched, ROUND_S + 60.0))
 
 
 def test_gavel_gives_the_fast_type_to_the_job_that_gains_most():

@@ -11,7 +11,8 @@ class EngineConfig:
     # How long a job given notice takes to save its checkpoint and stop (the SDK saves at its
     # next step on SIGTERM); the grace is only its deadline. As long as restoring takes; set it
     # to the grace where jobs ignore the notice and run until they are killed. Tier-3 victims of
-    # tier-2 and tier-3 jobs get this long to save (0: they stop at once and lose unsaved work).
+    # tier-2 and tier-3 jobs get this long to save (0: they stop at once and lose unsaved work),
+    # and so do the jobs round-based baselines suspend (0: their saves take no time).
     notice_stop_s: float = 60.0
     restart_overhead_s: float = 60.0  # time a restarted job spends restoring its checkpoint
     max_examined: int = 1000  # pending jobs looked at per cycle (like Slurm's bf_max_job_test)

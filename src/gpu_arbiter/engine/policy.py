@@ -30,9 +30,11 @@ class Policy:
     elastic = True  # S8
     heterogeneity = "smart"  # S7: "smart" may choose a slower type; "first": first listed type
     tiers = True  # grace per tier; baselines that ignore tiers stop everything at once
-    # Whether a job stopped at once keeps all its progress. Round-based schedulers (Tiresias,
-    # Gavel) suspend jobs by checkpointing them at the end of their lease, by design; Arbiter
-    # stops a tier-3 job at once, and it keeps only what its last periodic checkpoint saved.
+    # Whether the policy suspends jobs by having them save: round-based schedulers (Tiresias,
+    # Gavel) checkpoint a job when its lease ends, by design, so it keeps all its progress; the
+    # save takes its time (`EngineConfig.notice_stop_s`, as for Arbiter's victims given notice),
+    # and the job holds its GPUs until it has saved. Arbiter stops a tier-3 job at once for a
+    # tier-1 job, and it keeps only what its last periodic checkpoint saved.
     suspend_saves = False
     # Whether a preemption that would throw away uncheckpointed work is weighed against the
     # preemptor's expected wait (see `Scheduler._worth_the_lost_work`); baselines preempt

@@ -391,7 +391,13 @@ class Scheduler:
         )
 
     def preempt(self, job: Job, now: float, reason: str, for_job: str | None = None) -> None:
-        """Stop a running job at once (for round-based policies that re-plan every round)."""
+        """Suspend a running job (for round-based policies that re-plan every round): it saves
+        and stops within the time a save takes, or, where saves take no time or the policy does
+        not save, stops at once."""
+        save_s = self.cfg.notice_stop_s if self.policy.suspend_saves else 0.0
+        if save_s > 0:
+            self.notice_stop(job, save_s, reason, for_job)
+            return
         self._decisions.append(Preempt(job.id, 0.0, reason, for_job=for_job))
         job.preemptions += 1
         self._stop(job, now, keep_all=self.policy.suspend_saves)
@@ -404,10 +410,13 @@ class Scheduler:
         self._stop(job, now, keep_all=self.policy.suspend_saves)
         self._start(job, alloc, now)
 
-    def notice_stop(self, job: Job, grace_s: float, reason: str) -> None:
-        """Ask a running job to checkpoint and stop within `grace_s` (a tier-2 move, S1): it
-        keeps all its progress and is queued again when the driver reports it stopped."""
-        order = Preempt(job.id, grace_s, reason, checkpoint=True)
+    def notice_stop(
+        self, job: Job, grace_s: float, reason: str, for_job: str | None = None
+    ) -> None:
+        """Ask a running job to checkpoint and stop within `grace_s` (a tier-2 move, S1; a
+        round-based policy's suspension): it keeps all its progress and is queued again when
+        the driver reports it stopped."""
+        order = Preempt(job.id, grace_s, reason, for_job=for_job, checkpoint=True)
         self._decisions.append(order)
         job.preemptions += 1
         job.preempting = True
@@ -827,8 +836,8 @@ class Scheduler:
         waits for that type (the fastest such). None without estimates to compare, and for
         tier 1: its queueing target (S1) is not traded against estimates that may slip."""
         runtime = self._est_runtime(job, gpu_type, n)
-        if math.isinf(runtime) or job.tier == Tier.CORE:
-            return None
+        if math.isinf(runtime) or job.tier == Tier.CORE or not self.policy.tiers:
+            return None  # (a policy that ignores tiers does not weigh notices either)
         start_here = now + self._plan_wait(job, plan, now)
         for t in types:
             if t == gpu_type or not self.admissible(job, t, n):
@@ -1158,9 +1167,13 @@ class Scheduler:
         """The notice a victim of `tier` gets from `job`: tier 2 the grace (S1); tier 3 stops at
         once for a tier-1 job (S1: within the cycle) and otherwise is asked to save first, with
         the minute that takes as its deadline (`notice_stop_s`; the unsaved work it would lose
-        is worth more than the preemptor's minute); an inference surge cannot wait (S9)."""
-        if not self.policy.tiers or job.spec.kind == JobKind.INFERENCE:
+        is worth more than the preemptor's minute); an inference surge cannot wait (S9). A
+        policy that ignores tiers stops everyone at once, or, if it suspends by saving
+        (`Policy.suspend_saves`), gives them the time a save takes."""
+        if job.spec.kind == JobKind.INFERENCE:
             return 0.0
+        if not self.policy.tiers:
+            return self.cfg.notice_stop_s if self.policy.suspend_saves else 0.0
         if tier == Tier.EXPLORATORY and job.tier == Tier.CORE:
             return 0.0
         return self.notice_of_tier(tier)

@@ -5,7 +5,8 @@ normalised throughput they have received so far (progress per second since submi
 their best speed; least served first) and admitted in that order while GPUs remain; the
 admitted jobs are then given GPU types by comparative advantage — jobs that gain most from fast
 GPUs get them first. Running jobs left out of the plan, or planned on another type, are
-preempted at once; planned pending jobs start on their planned type. Gavel ignores tiers.
+suspended: they save their checkpoint as their lease ends (keeping all their progress) and free
+their GPUs once saved; planned pending jobs start on their planned type. Gavel ignores tiers.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 Jobs are ranked by the GPU-seconds they have received (GPUs × time), bucketed into priority
 queues by thresholds; FIFO within a queue. A job that crosses a threshold while running drops a
-queue and may be preempted (at once, without regard to tiers) by a pending job of a higher
-queue. Placement consolidates; idle GPUs are filled greedily. Tiresias knows nothing of tiers,
-quotas or GPU types.
+queue and may be preempted, without regard to tiers, by a pending job of a higher queue: it is
+suspended, saving its checkpoint (keeping all its progress) within the time a save takes, and
+the preemptor starts when it has. Placement consolidates; idle GPUs are filled greedily.
+Tiresias knows nothing of tiers, quotas or GPU types.
 """
 
 from __future__ import annotations
