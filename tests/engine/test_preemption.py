@@ -7,7 +7,7 @@ from gpu_arbiter.engine import EngineConfig, Scheduler
 from gpu_arbiter.engine.placement import Request
 from gpu_arbiter.engine.preemption import plan_preemption, victim_options
 from tests.conftest import job
-from tests.engine.helpers import cluster, cycle, preempts, resizes, starts
+from tests.engine.helpers import cluster, cycle, node_of, preempts, resizes, starts
 
 
 def one_rack(nodes: int = 2, cap_kw: float = 40.0):
@@ -339,3 +339,18 @@ def test_a_search_whose_victims_together_free_too_few_gpus_releases_none_of_them
     assert released == []  # 2 free + 2 from x2 < 5: nothing to try
     plan = plan_preemption(index, Request("H100", 4), option, watts, "pack")
     assert plan is not None and [v.job.id for v in plan.victims] == ["x2"]
+
+
+def test_free_gpus_that_suffice_by_count_but_not_on_one_node_do_not_hold_off_a_notice():
+    """9 free G2 GPUs spread over nodes made a 4-GPU tier-1 pod on Alibaba expect a start "now"
+    and wait 16 min rather than give a tier-2 pod its notice: no node had 4 free."""
+    quotas = {"a": 8, "c": 4, "d": 4, "b": 0}
+    sched = Scheduler(one_rack(), [Team(t, quota={"H100": q}) for t, q in quotas.items()])
+    sched.submit(job("a1", team="a", tier=1, gpus=7, duration=1e5), 0.0)  # node 0: 1 free
+    sched.submit(job("biz", team="b", tier=2, gpus=2, duration=1e5), 0.0)  # node 1 ...
+    sched.submit(job("c1", team="c", tier=1, gpus=3, duration=1e5), 0.0)  # ... 3 free
+    cycle(sched, 0.0)
+    assert node_of(sched, "biz") == node_of(sched, "c1") != node_of(sched, "a1")
+    sched.submit(job("core", team="d", tier=1, gpus=4), 10.0)
+    order = preempts(cycle(sched, 10.0))["biz"]
+    assert order.grace_s == 7200.0 and "core" in sched.holds
