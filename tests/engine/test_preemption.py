@@ -354,3 +354,15 @@ def test_free_gpus_that_suffice_by_count_but_not_on_one_node_do_not_hold_off_a_n
     sched.submit(job("core", team="d", tier=1, gpus=4), 10.0)
     order = preempts(cycle(sched, 10.0))["biz"]
     assert order.grace_s == 7200.0 and "core" in sched.holds
+
+
+def test_of_victims_given_notice_the_one_expected_to_run_longest_goes_first():
+    """Both save, so neither loses work: stopping "short" (less unsaved work, and the younger
+    run) would push back a job with under 3 h left to spare one with days left."""
+    sched = Scheduler(one_rack(nodes=1), [Team("a", quota={"H100": 4}), Team("b")])
+    sched.submit(job("long", team="b", tier=2, gpus=4, duration=1e6, walltime_s=1e6), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("short", team="b", tier=2, gpus=4, duration=1e4, walltime_s=1e4), 100.0)
+    cycle(sched, 100.0)
+    sched.submit(job("core", team="a", tier=1, gpus=4), 1000.0)
+    assert set(preempts(cycle(sched, 1000.0))) == {"long"}
