@@ -52,6 +52,20 @@ def test_tiresias_demotes_by_attained_service_and_preempts_lower_queues():
     assert "new" in starts(cycle(sched, 560.0))
 
 
+def test_tiresias_ranks_its_victims_without_walltime_estimates():
+    """It knows nothing of estimates: "due" would end within the save minute by its estimate
+    (Arbiter's first pick), but "fresh" has less unsaved work."""
+    sched = Scheduler(one_node(), policy="tiresias")
+    sched.submit(job("due", gpus=4, duration=1e5, walltime_s=1030.0), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("fresh", gpus=4, duration=1e5, walltime_s=1e5), 10.0)
+    cycle(sched, 10.0)
+    sched.submit(job("new", gpus=4), 1000.0)
+    for running in ("due", "fresh"):
+        sched.jobs[running].advance(1000.0)  # past 3,600 GPU-s: both in the second queue
+    assert set(preempts(cycle(sched, 1000.0))) == {"fresh"}
+
+
 def test_a_baseline_suspends_at_once_when_saves_take_no_time():
     sched = Scheduler(one_node(), policy="tiresias", config=EngineConfig(notice_stop_s=0.0))
     sched.submit(job("old", gpus=8, duration=1e5), 0.0)

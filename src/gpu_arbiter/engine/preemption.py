@@ -58,20 +58,27 @@ class PreemptionPlan:
 Option = tuple[tuple, Job, Allocation | None, Allocation, Allocation, bool]
 
 
-def victim_options(jobs: Iterable[Job], shrink: bool, notice: float, now: float) -> list[Option]:
+def victim_options(
+    jobs: Iterable[Job], shrink: bool, notice: float, now: float, by_estimates: bool = True
+) -> list[Option]:
     """The running jobs in `jobs` as victim options, cheapest first (see the module doc): shrunk
     to their minimum when `shrink` (jobs that cannot shrink are left out), else stopped, each
-    expected to keep running for at most `notice` seconds after its notice (0: at once)."""
+    expected to keep running for at most `notice` seconds after its notice (0: at once).
+    Without `by_estimates` (a policy that does not read walltime estimates), victims are
+    ranked by tier and work lost alone."""
     options = []
     for v in jobs:
         alloc = v.allocation
         kept = shrunk_allocation(v) if shrink else None
         if shrink and kept is None:
             continue
-        wait = notice_wait(v, notice, now)
+        wait = notice_wait(v, notice, now) if by_estimates else notice
         # Given notice, a victim saves and loses nothing: the one expected to run longest goes
         # first (no estimate: as long as can be).
-        cost = now - v.expected_end_at if notice > 0 else v.unsaved_at(now) * alloc.gpus
+        if notice > 0 and by_estimates:
+            cost = now - v.expected_end_at
+        else:
+            cost = v.unsaved_at(now) * alloc.gpus
         key = (-int(v.tier), wait, cost, not v.borrowed, -(v.started_at or 0.0), v.seq)
         part = alloc if kept is None else _difference(alloc, kept)
         options.append((key, v, kept, part, alloc, v.borrowed))

@@ -172,7 +172,9 @@ class Scheduler:
         self._blocked: dict[str, tuple] = {}  # job id -> `_blocked_stamp` of its last failure
         self._started_at: float | None = None  # when a job last started (a victim after that)
         self._place_failed = FailureMemo()
-        self._reserves = self.policy.backfill == "reserve"  # EASY: read for every blocked job
+        # EASY: read for every blocked job. Only such a policy reads walltime estimates (it
+        # ranks victims by them too, `victim_options`).
+        self._reserves = self.policy.backfill == "reserve"
         self._preempt_failed = FailureMemo()
         for n in cluster.nodes:
             if n.gpus:
@@ -974,7 +976,9 @@ class Scheduler:
             else:
                 jobs = self.running_by_tier[(t, group)].values()
             members = (v for v in jobs if self._in_victim_group(v, group, now))
-            ctx.victims[key] = options = victim_options(members, group == "shrink", notice, now)
+            ctx.victims[key] = options = victim_options(
+                members, group == "shrink", notice, now, self._reserves
+            )
             ctx.victim_index[key] = {o[1].id: o for o in options}
         return options
 
@@ -1006,7 +1010,7 @@ class Scheduler:
                 del options[i]
             group, notice = key[1], key[2]
             if self._in_victim_group(job, group, now):
-                for new in victim_options((job,), group == "shrink", notice, now):
+                for new in victim_options((job,), group == "shrink", notice, now, self._reserves):
                     insort(options, new, key=option_key)
                     index[job.id] = new
 
