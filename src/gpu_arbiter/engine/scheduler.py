@@ -396,7 +396,7 @@ class Scheduler:
         """Suspend a running job (for round-based policies that re-plan every round): it saves
         and stops within the time a save takes, or, where saves take no time or the policy does
         not save, stops at once."""
-        save_s = self.cfg.notice_stop_s if self.policy.suspend_saves else 0.0
+        save_s = self._suspension_s()
         if save_s > 0:
             self.notice_stop(job, save_s, reason, for_job)
             return
@@ -1176,10 +1176,15 @@ class Scheduler:
         if job.spec.kind == JobKind.INFERENCE:
             return 0.0
         if not self.policy.tiers:
-            return self.cfg.notice_stop_s if self.policy.suspend_saves else 0.0
+            return self._suspension_s()
         if tier == Tier.EXPLORATORY and job.tier == Tier.CORE:
             return 0.0
         return self.notice_of_tier(tier)
+
+    def _suspension_s(self) -> float:
+        """The notice a policy that ignores tiers gives whomever it stops: the time a save takes
+        where it suspends by saving (`Policy.suspend_saves`), else none."""
+        return self.cfg.notice_stop_s if self.policy.suspend_saves else 0.0
 
     def notice_of_tier(self, tier: int) -> float:
         """The deadline of a stop notice to a job of `tier`: the tier-2 grace (S1), or for
