@@ -6,10 +6,10 @@ import time
 
 import pytest
 
+from gpu_arbiter.metrics import Segment
 from gpu_arbiter.web.snapshot import Holding, NodeState, PendingJob, Snapshot, TeamState
 from gpu_arbiter.web.views import (
     PeriodSpend,
-    Segment,
     Viewer,
     heatmap_view,
     period_spend,
@@ -124,7 +124,7 @@ def test_timeline_bins_held_and_useful_gpu_time_and_keeps_failure_events():
         {"kind": "charge", "start": 50.0, "end": 100.0, "gpus": 2, "reason": "lost-work"},
         {"kind": "refund", "team": "a"},
     ]
-    segments = segments_from_ledger(entries) + [Segment(0.0, 100.0, 1)]
+    segments = segments_from_ledger(entries) + [Segment.whole(0.0, 100.0, 1)]
     events = [
         {"at": 50.0, "action": "node-down", "subject": "n2", "detail": {"reason": "ECC"}},
         {"at": 60.0, "action": "start", "subject": "j1", "detail": {}},
@@ -132,6 +132,10 @@ def test_timeline_bins_held_and_useful_gpu_time_and_keeps_failure_events():
     tl = timeline_view(segments, events, gpus=4, start=0.0, end=100.0, bins=4)
     assert tl["utilisation"] == [0.75, 0.75, 0.75, 0.75]
     assert tl["goodput"] == [0.75, 0.75, 0.25, 0.25]
+    assert tl["t"] == [12.5, 37.5, 62.5, 87.5]  # bin centres
     assert [(e["kind"], e["subject"], e["reason"]) for e in tl["events"]] == [
         ("failure", "n2", "ECC")
     ]
+    # With no node up there is no capacity to share: nothing is busy.
+    idle = timeline_view(segments, [], gpus=0, start=0.0, end=100.0, bins=4)
+    assert idle["utilisation"] == idle["goodput"] == [0.0] * 4

@@ -15,15 +15,21 @@ class Segment:
 
     start: float
     end: float
-    gpus: int
+    gpus: float
     useful_gpu_s: float
+
+    @classmethod
+    def whole(cls, start: float, end: float, gpus: float, useful: bool = True) -> Segment:
+        """A segment whose GPU time was all kept (`useful`) or all lost (to a failure)."""
+        return cls(start, end, gpus, (end - start) * gpus if useful else 0.0)
 
 
 def timeline(
     segments: list[Segment], total_gpus: int, start_s: float, end_s: float, bins: int = 200
 ) -> dict[str, list[float]]:
-    """Per bin: utilisation and goodput as shares of capacity. Useful time is spread evenly over
-    its segment (a checkpointed segment's kept and lost parts are not told apart in time)."""
+    """Per bin (from its start `t`): utilisation and goodput as shares of capacity (0 with no
+    GPUs). Useful time is spread evenly over its segment (a checkpointed segment's kept and
+    lost parts are not told apart in time)."""
     edges = np.linspace(start_s, max(end_s, start_s + 1e-9), bins + 1)
     busy = np.zeros(bins)
     useful = np.zeros(bins)
@@ -38,9 +44,10 @@ def timeline(
         busy += np.array([s.gpus for s in block], dtype=float) @ overlap
         rate = np.array([s.useful_gpu_s for s in block]) / (end[:, 0] - start[:, 0])
         useful += rate @ overlap
-    width = (edges[1] - edges[0]) * total_gpus
+    capacity = (edges[1] - edges[0]) * total_gpus  # GPU seconds per bin (none: no GPUs up)
+    scale = 1 / capacity if capacity else 0.0
     return {
         "t": [float(x) for x in edges[:-1]],
-        "utilization": [float(x) for x in busy / width],
-        "goodput": [float(x) for x in useful / width],
+        "utilization": [float(x) for x in busy * scale],
+        "goodput": [float(x) for x in useful * scale],
     }

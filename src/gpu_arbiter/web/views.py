@@ -7,12 +7,12 @@ jobs there only as "other", and only its own jobs and spend in the queue and tea
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gpu_arbiter.economy.chargeback import RUN
+from gpu_arbiter.metrics import Segment, timeline
 from gpu_arbiter.web.reasons import reasons
 from gpu_arbiter.web.snapshot import Snapshot
 
@@ -224,59 +224,36 @@ def teams_view(
     }
 
 
-@dataclass(frozen=True, slots=True)
-class Segment:
-    """GPUs held over [start, end); `useful` is False for work lost to a failure."""
-
-    start: float
-    end: float
-    gpus: float
-    useful: bool = True
-
-
 def segments_from_ledger(entries: Iterable[Mapping[str, Any]]) -> list[Segment]:
+    """The run segments the ledger charged for; those charged as lost work kept nothing."""
     return [
-        Segment(e["start"], e["end"], e["gpus"], e.get("reason") == RUN)
+        Segment.whole(e["start"], e["end"], e["gpus"], e.get("reason") == RUN)
         for e in entries
         if e["kind"] == "charge" and "start" in e
     ]
 
 
 def timeline_view(
-    segments: Iterable[Segment],
+    segments: list[Segment],
     events: Iterable[Mapping[str, Any]],
     gpus: int,
     start: float,
     end: float,
     bins: int = 60,
 ) -> dict[str, Any]:
-    """Utilisation and goodput of `gpus` GPUs in `bins` equal bins over [start, end), plus
-    preemptions and failures (audit rows) as events. Utilisation counts GPU time held; goodput
-    counts the part of it not lost to failures."""
-    width = (end - start) / bins if end > start else 1.0
-    busy = [0.0] * bins
-    useful = [0.0] * bins
-    for s in segments:
-        a, b = max(s.start, start), min(s.end, end)
-        if b <= a:
-            continue
-        first = int((a - start) // width)
-        last = min(bins - 1, int(math.ceil((b - start) / width)) - 1)
-        for i in range(first, last + 1):
-            lo = start + i * width
-            held = (min(b, lo + width) - max(a, lo)) * s.gpus
-            if held > 0:
-                busy[i] += held
-                if s.useful:
-                    useful[i] += held
-    cap = gpus * width
+    """Utilisation and goodput of `gpus` GPUs in `bins` equal bins over [start, end)
+    (`metrics.timeline`, at the bins' centres), plus preemptions and failures (audit rows) as
+    events. Utilisation counts GPU time held; goodput counts the part of it not lost to
+    failures."""
+    binned = timeline(segments, gpus, start, end, bins)
+    half = (end - start) / bins / 2
     return {
         "start": start,
         "end": end,
         "gpus": gpus,
-        "t": [start + (i + 0.5) * width for i in range(bins)],
-        "utilisation": [min(1.0, x / cap) if cap else 0.0 for x in busy],
-        "goodput": [min(1.0, x / cap) if cap else 0.0 for x in useful],
+        "t": [t + half for t in binned["t"]],
+        "utilisation": [min(1.0, x) for x in binned["utilization"]],
+        "goodput": [min(1.0, x) for x in binned["goodput"]],
         "events": [
             {
                 "at": e["at"],
