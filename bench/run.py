@@ -15,6 +15,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from bench.dashboard_bench import dashboard_costs
 from bench.engine_bench import cycle_latency, placement_speedup, sim_throughput
 
 OUT = Path(__file__).parent / "results"
@@ -37,7 +38,14 @@ def main() -> None:
         placement = placement_speedup(100 if args.quick else 300)
     with console.status(f"simulating {jobs:,} jobs on the medium preset ..."):
         throughput = sim_throughput(jobs)
-    results = {"cycle_latency": latency, "placement": placement, "sim_throughput": throughput}
+    with console.status("dashboard views and the failure model at scale ..."):
+        dashboard = dashboard_costs(5 if args.quick else 20)
+    results = {
+        "cycle_latency": latency,
+        "placement": placement,
+        "sim_throughput": throughput,
+        "dashboard": dashboard,
+    }
     (OUT / "engine.json").write_text(json.dumps(results, indent=2))
 
     rows = [
@@ -72,6 +80,18 @@ def main() -> None:
     ]
     columns = ("policy", "jobs", "completed", "cycles", "wall s", "jobs/s")
     console.print(_table("Simulator throughput on `medium`", columns, rows))
+    rows = [
+        (
+            r["what"],
+            str(r["runs"]),
+            f"{r['median_ms']:.1f}",
+            f"{r['max_ms']:.1f}",
+            f"{r['share']:.1%} of {r['budget_s']:g} s" if r["share"] is not None else "-",
+        )
+        for r in dashboard
+    ]
+    columns = ("work", "runs", "median ms", "max ms", "slowest, of its budget")
+    console.print(_table("Dashboard and failure model", columns, rows))
     console.print(f"results written to {OUT / 'engine.json'}")
 
 

@@ -1,7 +1,13 @@
-"""Synthetic snapshots too large to write by hand."""
+"""Synthetic snapshots, and engines as the control loop holds them, too large to write by
+hand (shared with `bench/dashboard_bench.py`)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+from gpu_arbiter.control.live import LiveScheduler
+from gpu_arbiter.domain import Cluster, JobSpec, Node, Rack, Team, Tier
+from gpu_arbiter.economy import Budgets, ChargeModel, Ledger
 from gpu_arbiter.web.snapshot import Holding, NodeState, Snapshot
 
 
@@ -21,3 +27,37 @@ def big_cluster(racks: int = 40, nodes_per_rack: int = 32, gpus: int = 8) -> Sna
                     Holding(f"j{r}-{i}", "t", tier, busy == 3, False, tuple(range(gpus))),
                 )
     return Snapshot(now=0.0, nodes=tuple(nodes), holdings=holdings)
+
+
+def loop_over(nodes: int, jobs: list[JobSpec], racks: int = 1) -> SimpleNamespace:
+    """What `snapshot.copy` reads of a ControlLoop, around a real engine."""
+    cluster = Cluster.build(
+        "t",
+        [Node(f"n{i}", "H100", 8, f"r{i % racks}") for i in range(nodes)],
+        [Rack(f"r{r}", power_cap_w=1e6) for r in range(racks)],
+    )
+    teams = {"a": Team("a", 1.0, {"H100": 8}), "b": Team("b", 1.0, {})}
+    sched = LiveScheduler(cluster, teams.values())
+    for spec in jobs:
+        sched.submit(spec, 0.0)
+    sched.cycle(1.0)
+    return SimpleNamespace(
+        sched=sched,
+        nodes={"n1": {"state": "cordoned", "reason": "swap"}},
+        live={},
+        segs={},
+        teams=teams,
+        budgets=Budgets(Ledger(), {}),
+        burn={},
+        charges=ChargeModel(),
+    )
+
+
+def spec(id: str, team: str, tier: int, gpus: int) -> JobSpec:
+    return JobSpec(id=id, team=team, tier=Tier(tier), gpus=gpus, duration_s=1e6)
+
+
+def ten_thousand_gpu_loop() -> SimpleNamespace:
+    """1,280 8-GPU nodes in 40 racks and 2,000 tier-3 jobs of 1 to 8 GPUs."""
+    jobs = [spec(f"j{i}", "b", 3, (1, 2, 4, 8)[i % 4]) for i in range(2000)]
+    return loop_over(1280, jobs, racks=40)

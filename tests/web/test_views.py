@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from gpu_arbiter.metrics import Segment
@@ -71,11 +69,9 @@ def test_heatmap_hides_other_teams_jobs_from_a_team_viewer():
     assert [(j["id"], j["team"]) for j in jobs] == [("j1", "a"), ("", "other")]
 
 
-def test_heatmap_of_ten_thousand_gpus_is_built_in_well_under_a_poll():
-    snap = big_cluster()
-    t0 = time.perf_counter()
-    h = heatmap_view(snap, ADMIN)
-    assert time.perf_counter() - t0 < 0.5
+def test_heatmap_of_ten_thousand_gpus_counts_every_gpu():
+    # How long it takes is measured by `make bench` (bench/dashboard_bench.py).
+    h = heatmap_view(big_cluster(), ADMIN)
     assert h["gpus"] == 10_240 and sum(h["counts"].values()) == 10_240
 
 
