@@ -11,7 +11,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpu_arbiter.domain import Cluster, InvalidInput, JobSpec, Team, default_teams
+from gpu_arbiter.domain import MILLI, Cluster, InvalidInput, JobSpec, Team, default_teams
 from gpu_arbiter.domain.config_files import first_error, read_yaml_mapping
 from gpu_arbiter.domain.presets import PRESETS, resolve_cluster
 from gpu_arbiter.engine import EngineConfig
@@ -116,7 +116,7 @@ def demand_weights(jobs: Iterable[JobSpec]) -> dict[str, float]:
     of 1 % of the mean keeps a team with little demand from a zero weight."""
     demand: dict[str, float] = {}
     for j in jobs:
-        demand[j.team] = demand.get(j.team, 0.0) + j.duration_s * j.gpus * j.gpu_milli / 1000
+        demand[j.team] = demand.get(j.team, 0.0) + j.duration_s * j.gpus * j.gpu_milli / MILLI
     mean = sum(demand.values()) / len(demand)
     floor = max(0.01 * mean, 1e-9)
     return {team: max(d, floor) / mean for team, d in sorted(demand.items())}

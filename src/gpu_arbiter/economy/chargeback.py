@@ -40,7 +40,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from gpu_arbiter.domain import InvalidInput, Job, JobSpec, Tier
+from gpu_arbiter.domain import MILLI, InvalidInput, Job, JobSpec, Tier
 from gpu_arbiter.economy.ledger import Entry, Ledger
 from gpu_arbiter.economy.prices import PriceTable
 
@@ -172,4 +172,4 @@ class ChargeModel:
 
 def _gpu_count(spec: JobSpec, gpus: int) -> float:
     """GPUs as billed: a fractional job (S11) pays its `gpu_milli` share of one GPU."""
-    return gpus * spec.gpu_milli / 1000
+    return gpus * spec.gpu_milli / MILLI

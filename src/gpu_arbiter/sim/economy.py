@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpu_arbiter.domain import Job, Team, Tier
+from gpu_arbiter.domain import MILLI, Job, Team, Tier
 from gpu_arbiter.economy import (
     RUN,
     BudgetPolicy,
@@ -108,7 +108,7 @@ class SimEconomy:
         seg = self._open.pop(job.id, None)
         if seg is None:
             return
-        share = job.spec.gpu_milli / 1000  # a fractional job is billed (and useful) pro rata
+        share = job.spec.gpu_milli / MILLI  # a fractional job is billed (and useful) pro rata
         useful = (job.useful_gpu_s - seg.useful_gpu_s) * share
         lost_from = None
         if job.restarts > seg.restarts:

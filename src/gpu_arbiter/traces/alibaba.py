@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from gpu_arbiter.domain import Cluster, GpuType, InvalidInput, JobSpec
+from gpu_arbiter.domain import MILLI, Cluster, GpuType, InvalidInput, JobSpec
 from gpu_arbiter.traces.base import (
     BadField,
     ReadStats,
@@ -83,7 +83,7 @@ class AlibabaReader(TraceReader):
         if isinstance(num_gpu, Skip):
             return num_gpu
         milli = as_int(record["gpu_milli"], "gpu_milli")
-        if not 0 < milli <= 1000 or (milli < 1000 and num_gpu > 1):
+        if not 0 < milli <= MILLI or (milli < MILLI and num_gpu > 1):
             raise BadField("gpu_milli", f"{milli} is not a GPU share for {num_gpu} GPU(s)")
         accepted = _gpu_spec(record.get("gpu_spec", ""))
         created = as_int(record["creation_time"], "creation_time")

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from gpu_arbiter.domain import InvalidInput, JobSpec, Tier
+from gpu_arbiter.domain import MILLI, InvalidInput, JobSpec, Tier
 
 WalltimeMode = Literal["round-hour", "exact", "none"]
 DEFAULT_TEAMS: tuple[str, ...] = tuple(f"team-{c}" for c in "abcdef")
@@ -171,7 +171,7 @@ class TraceRecord:
     gpus: int
     source_speed: float
     fields: Mapping[str, str]
-    gpu_milli: int = 1000
+    gpu_milli: int = MILLI
     gpu_types: Mapping[str, float] = field(default_factory=dict)
     user: str | None = None
     command: str | None = None

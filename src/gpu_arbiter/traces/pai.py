@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpu_arbiter.domain import GPU_CATALOG, InvalidInput, JobSpec
+from gpu_arbiter.domain import GPU_CATALOG, MILLI, InvalidInput, JobSpec
 from gpu_arbiter.traces.base import (
     BadField,
     ReadStats,
@@ -126,7 +126,7 @@ class PaiReader(TraceReader):
         if tasks.gpu_percent < 100:
             gpus, milli = 1, max(1, round(tasks.gpu_percent * 10))
         else:
-            gpus, milli = math.ceil(tasks.gpu_percent / 100 - 1e-9), 1000
+            gpus, milli = math.ceil(tasks.gpu_percent / 100 - 1e-9), MILLI
         user = job["user"].strip()
         return TraceRecord(
             id=name,

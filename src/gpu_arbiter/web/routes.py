@@ -30,6 +30,7 @@ from starlette.concurrency import run_in_threadpool
 from gpu_arbiter.control.auth import Authenticator
 from gpu_arbiter.control.errors import NotFound, Unavailable
 from gpu_arbiter.control.loop import AUDIT, JOBS, LEDGER, NODES, SETTINGS, ControlLoop
+from gpu_arbiter.domain import MILLI
 from gpu_arbiter.metrics import Segment
 from gpu_arbiter.web import reports, snapshot
 from gpu_arbiter.web.views import (
@@ -214,7 +215,7 @@ def dashboard_router(
                 )
             )
             for r in running:
-                share = r.spec.get("gpu_milli", 1000) / 1000
+                share = r.spec.get("gpu_milli", MILLI) / MILLI
                 segments.append(Segment.whole(r.seg_start, now, (r.seg_gpus or 0) * share))
             gpus = sum(
                 r.gpus for r in conn.execute(select(NODES.c.gpus).where(NODES.c.state == "up"))
