@@ -80,6 +80,18 @@ class Policy:
         but 1 (reclaim); a tier-1 job trying at tier 2 may also take from tier-2 borrowers."""
         return (3, 2) if within_quota or job.borrows_at_tier2 else _LOWER_TIERS[job.tier]
 
+    def preempt_key(self, sched: Scheduler, job: Job, gpu_type: str) -> Hashable:
+        """What decides whom `may_preempt` lets the job stop on the type, beyond the fields of
+        `Scheduler._preempt_sig` (shape, tier, quota standing, team) and the victims' own state:
+        jobs that agree on both find the same victims, so a failed search stands for them all.
+        None where those fields say it all."""
+        return None
+
+    def preempt_reason(self, job: Job, victim: Job) -> str | None:
+        """Why `job` stops (or shrinks) `victim`, where a rule of the policy's own allowed it
+        (`may_preempt`); None where the tier rules did (the scheduler says so)."""
+        return None
+
     def may_have_victims(
         self, sched: Scheduler, job: Job, gpu_type: str, within_quota: bool
     ) -> bool:

@@ -167,6 +167,9 @@ class Scheduler:
         self._epoch: dict[str, int] = {t: 0 for t in capacity}
         self._freed: dict[str, int] = {t: 0 for t in capacity}  # bumped when GPUs free up
         self._starts: dict[str, int] = {t: 0 for t in capacity}
+        self._tier_starts: dict[tuple[str, int], int] = {
+            (t, k): 0 for t in capacity for k in (1, 2, 3)
+        }
         self._starts_now: dict[str, tuple[float, int]] = {}  # starts at the latest start time
         self._flips: dict[str, int] = {t: 0 for t in capacity}  # borrowed flags changed
         self._blocked: dict[str, tuple] = {}  # job id -> `_blocked_stamp` of its last failure
@@ -600,8 +603,9 @@ class Scheduler:
                 within, has_victims = scope
                 if has_victims:
                     return None
-                if self.policy.victim_tiers(job, within):
-                    starts = self._starts[t]
+                tiers = self.policy.victim_tiers(job, within)
+                if tiers:
+                    starts = (tiers, self._victim_starts(t, tiers))
             wake.append((self._releases(job, t), starts))
         return (_HOPELESS, int(job.tier), n, tuple(wake))
 
@@ -634,7 +638,7 @@ class Scheduler:
                 return False
             if (self._freed[t] if core else releases.get((team, t), 0)) != seen:
                 return False
-            if starts is not None and self._starts[t] != starts:
+            if starts is not None and self._victim_starts(t, starts[0]) != starts[1]:
                 return False
         return True
 
@@ -866,13 +870,13 @@ class Scheduler:
         scopes[key] = scope
         return scope
 
-    @staticmethod
-    def _preempt_sig(job: Job, gpu_type: str, within: bool) -> tuple:
+    def _preempt_sig(self, job: Job, gpu_type: str, within: bool) -> tuple:
         """What a preemption search depends on besides the GPU count: jobs that agree on it
         find the same victims (or none)."""
         s = job.spec
         tier = (int(job.tier), job.borrows_at_tier2)
-        return (gpu_type, s.tp_size, s.max_racks, s.power_profile, tier, within, job.team, s.kind)
+        shape = (gpu_type, s.tp_size, s.max_racks, s.power_profile, s.kind)
+        return (shape, tier, within, job.team, self.policy.preempt_key(self, job, gpu_type))
 
     def preemption_wait(self, job: Job, gpu_type: str, n: int, now: float) -> float | None:
         """How long the job would wait for `n` GPUs of the type by preempting now, by the
@@ -1066,10 +1070,15 @@ class Scheduler:
         if freed:
             self._freed[gpu_type] += 1
 
-    def _count_start(self, gpu_type: str, now: float) -> None:
+    def _count_start(self, gpu_type: str, tier: int, now: float) -> None:
         self._starts[gpu_type] += 1
+        self._tier_starts[(gpu_type, tier)] += 1
         at, k = self._starts_now.get(gpu_type, (None, 0))
         self._starts_now[gpu_type] = (now, k + 1 if at == now else 1)
+
+    def _victim_starts(self, gpu_type: str, tiers: tuple[int, ...]) -> int:
+        """Jobs of `tiers` started on the type so far: new victims for a `_hopeless` job."""
+        return sum(self._tier_starts[(gpu_type, k)] for k in tiers)
 
     def _starts_at(self, gpu_type: str, now: float) -> int:
         """Jobs started on the type at `now` (no victims until time has passed)."""
@@ -1137,7 +1146,9 @@ class Scheduler:
             elif v.borrowed and within and v.team != job.team:
                 why = f"reclaimed by team {job.team} for job {job.id}"
             else:
-                why = f"tier-{int(job.tier)} job {job.id} needs the GPUs"
+                why = self.policy.preempt_reason(job, v) or (
+                    f"tier-{int(job.tier)} job {job.id} needs the GPUs"
+                )
             if victim.shrink_to is not None:
                 self._resize(v, victim.shrink_to, now, f"shrunk: {why}")
                 continue
@@ -1264,7 +1275,7 @@ class Scheduler:
                 self.index.take(node, gpus_to_mask(gpus), w)
             self.node_jobs[node].add(job.id)
         self._changed(t, freed=False)
-        self._count_start(t, now)
+        self._count_start(t, int(job.tier), now)
         if self.policy.preemption and job.tier != Tier.CORE:
             self._started_at = now  # tier 1 is never a victim (S1)
         job.allocation = alloc
