@@ -51,9 +51,9 @@ def test_a_job_started_at_this_time_becomes_a_victim_once_time_has_passed():
 def test_a_job_with_no_way_to_start_is_remembered_until_gpus_free_up_on_its_type():
     """Team a's tier-3 job asks for more than a's quota leaves it while the cluster is full, so
     it may neither be placed nor reclaim: remembered as hopeless (tier 3 stopping longer tier-3
-    jobs is off). A small job of a's ending
-    frees too few GPUs to place it, but puts it back within a's quota: it reclaims from team b's
-    borrowed job in that very cycle (which saves and stops within a minute)."""
+    jobs is off). A small job of a's ending frees too few GPUs to place it, but puts it back
+    within a's quota: it reclaims from team b's borrowed job in that very cycle (which saves and
+    stops within a minute)."""
     c = small()
     teams = [Team("a", quota={"H100": 32}), Team("b", quota={})]
     sched = Scheduler(c, teams, ArbiterPolicy(stop_longer=None))

@@ -59,6 +59,7 @@ from gpu_arbiter.engine.preemption import (
 from gpu_arbiter.engine.sharing import SharedGpus
 from gpu_arbiter.engine.spares import HotSpares
 
+_TIERS = (1, 2, 3)
 _HOPELESS = "hopeless"  # marks a `_blocked` stamp made by `Scheduler._hopeless`
 
 
@@ -166,10 +167,7 @@ class Scheduler:
         # Bumped whenever a type's running set changes, so per-cycle caches know they are stale.
         self._epoch: dict[str, int] = {t: 0 for t in capacity}
         self._freed: dict[str, int] = {t: 0 for t in capacity}  # bumped when GPUs free up
-        self._starts: dict[str, int] = {t: 0 for t in capacity}
-        self._tier_starts: dict[tuple[str, int], int] = {
-            (t, k): 0 for t in capacity for k in (1, 2, 3)
-        }
+        self._starts: dict[tuple[str, int], int] = {(t, k): 0 for t in capacity for k in _TIERS}
         self._starts_now: dict[str, tuple[float, int]] = {}  # starts at the latest start time
         self._flips: dict[str, int] = {t: 0 for t in capacity}  # borrowed flags changed
         self._blocked: dict[str, tuple] = {}  # job id -> `_blocked_stamp` of its last failure
@@ -605,7 +603,7 @@ class Scheduler:
                     return None
                 tiers = self.policy.victim_tiers(job, within)
                 if tiers:
-                    starts = (tiers, self._victim_starts(t, tiers))
+                    starts = (tiers, self._starts_of(t, tiers))
             wake.append((self._releases(job, t), starts))
         return (_HOPELESS, int(job.tier), n, tuple(wake))
 
@@ -638,7 +636,7 @@ class Scheduler:
                 return False
             if (self._freed[t] if core else releases.get((team, t), 0)) != seen:
                 return False
-            if starts is not None and self._victim_starts(t, starts[0]) != starts[1]:
+            if starts is not None and self._starts_of(t, starts[0]) != starts[1]:
                 return False
         return True
 
@@ -1071,14 +1069,14 @@ class Scheduler:
             self._freed[gpu_type] += 1
 
     def _count_start(self, gpu_type: str, tier: int, now: float) -> None:
-        self._starts[gpu_type] += 1
-        self._tier_starts[(gpu_type, tier)] += 1
+        self._starts[(gpu_type, tier)] += 1
         at, k = self._starts_now.get(gpu_type, (None, 0))
         self._starts_now[gpu_type] = (now, k + 1 if at == now else 1)
 
-    def _victim_starts(self, gpu_type: str, tiers: tuple[int, ...]) -> int:
-        """Jobs of `tiers` started on the type so far: new victims for a `_hopeless` job."""
-        return sum(self._tier_starts[(gpu_type, k)] for k in tiers)
+    def _starts_of(self, gpu_type: str, tiers: tuple[int, ...]) -> int:
+        """Jobs of `tiers` started on the type so far (new victims for a job of a policy that
+        may stop those tiers)."""
+        return sum(self._starts[(gpu_type, k)] for k in tiers)
 
     def _starts_at(self, gpu_type: str, now: float) -> int:
         """Jobs started on the type at `now` (no victims until time has passed)."""
@@ -1101,7 +1099,7 @@ class Scheduler:
         the type before `now` (those started at `now` are no victims yet) and changed borrowed
         flags. A policy whose order changes with time (attained service) may also change whom
         it lets preempt whom, so its failures last one cycle."""
-        started = self._starts[gpu_type] - self._starts_at(gpu_type, now)
+        started = self._starts_of(gpu_type, _TIERS) - self._starts_at(gpu_type, now)
         clock = None if self.policy.incremental else now
         return (self._stamp(gpu_type), started, self._flips[gpu_type], clock)
 

@@ -77,6 +77,7 @@ class ArbiterPolicy(Policy):
         self.patient = patient  # wait for a faster type when that finishes sooner
         self.shortest_first = shortest_first  # False: a team's jobs by submission only
         self.stop_longer = stop_longer  # None: a tier-3 job never stops another tier-3 job
+        self._horizons: dict[tuple[str, str], float] = {}  # `_horizon`s of this cycle
         self.moved_at: float | None = None
         self.promised: dict[str, tuple[str, int]] = {}  # tier-2 moves waiting out their grace
         self.dest: dict[str, str] = {}  # type a moved tier-2 job asks for first when requeued
@@ -145,7 +146,7 @@ class ArbiterPolicy(Policy):
     def may_have_victims(self, sched, job: Job, gpu_type: str, within_quota: bool) -> bool:
         if not super().may_have_victims(sched, job, gpu_type, within_quota):
             return False
-        if Policy.victim_tiers(self, job, within_quota) or not self._stops_longer(job):
+        if super().victim_tiers(job, within_quota) or not self._stops_longer(job):
             return True
         return self._longer_jobs_hold_enough(sched, job, gpu_type, within_quota)
 
@@ -190,8 +191,15 @@ class ArbiterPolicy(Policy):
         )
 
     def _horizon(self, sched, job: Job, gpu_type: str) -> float:
-        """Victims on the type must be expected to run until at least this time."""
-        return self.now + self.stop_longer * self._time_left(sched, job, gpu_type)
+        """Victims on the type must be expected to run until at least this time. Asked for
+        every victim a search looks at, and the same all cycle (a pending job makes no
+        progress), so it is worked out once per job and type in a cycle."""
+        key = (job.id, gpu_type)
+        horizon = self._horizons.get(key)
+        if horizon is None:
+            horizon = self.now + self.stop_longer * self._time_left(sched, job, gpu_type)
+            self._horizons[key] = horizon
+        return horizon
 
     @staticmethod
     def _time_left(sched, job: Job, gpu_type: str) -> float:
@@ -204,6 +212,7 @@ class ArbiterPolicy(Policy):
     def before_cycle(self, sched, now: float) -> None:
         self.plan = {}
         self.now = now
+        self._horizons.clear()
         if len(sched.index.type_total) < 2 or not len(sched.queue) or not sched.index.total_free:
             return  # nothing to plan onto
         left = dict(sched.index.type_free)
