@@ -81,8 +81,9 @@ def test_jobs_that_can_start_nowhere_are_not_tried_again_for_a_type_none_of_them
     """Team a's tier-3 jobs accept both types, but team b fills the cluster within its quota:
     they can start nowhere (hopeless). A failed try reserves only the first type it would
     take, so the slow type stays unreserved; a release that frees too few GPUs for any of
-    them must not send them all through a whole try again (it did, once per cycle, in long
-    queues). GPUs enough for them still start them."""
+    them must not send them through a whole try again (it did, once per cycle, in long
+    queues), and the first of them still reserves the fast type, as its try would. GPUs
+    enough for them still start them."""
     c = cluster(
         {"name": "fast", "nodes": 1, "gpu_type": "H100"},
         {"name": "slow", "nodes": 1, "gpu_type": "A100"},
@@ -110,6 +111,7 @@ def test_jobs_that_can_start_nowhere_are_not_tried_again_for_a_type_none_of_them
     sched._attempt = lambda j, now, ctx: tried.append(j.id) or attempt(j, now, ctx)
     sched.finished("b-short", 5.0)  # 2 A100s free: too few for any of them
     assert sched.cycle(5.0).started == 0
-    assert tried == ["a-0"]  # the first look of a cycle makes the H100 reservation again
+    assert tried == []
+    assert {t: r.job_id for t, r in sched._reservations.items()} == {"H100": "a-0"}
     sched.finished("b-slow", 50.0)
     assert sched.cycle(50.0).started == 2  # 8 A100s free: two of them start there

@@ -104,3 +104,29 @@ def test_failed_searches_are_shared_by_jobs_of_one_band_of_time_left_only():
     sig = {j: sched._preempt_sig(sched.jobs[j], "H100", False) for j in ("w300", "w400", "w600")}
     assert sig["w300"] == sig["w400"] != sig["w600"]
     assert ArbiterPolicy(stop_longer=None).preempt_key(sched, sched.jobs["w300"], "H100") is None
+
+
+def test_a_job_set_aside_wakes_only_for_tier3_starts_that_run_long_enough_to_be_victims():
+    """`short` (300 s estimate, so victims must run past 8 x 256 s from now) finds none:
+    `a` ends too soon and team b's tier-2 job is no victim of tier 3. A 100-s tier-3 start can
+    never be its victim and leaves it set aside; a start expected to run longer than that
+    horizon sends it through a try again."""
+    sched = Scheduler(nodes(2))
+    sched.submit(job("a", gpus=8, duration=1e5, walltime_s=2000.0), 0.0)
+    sched.submit(job("b", team="b", tier=2, gpus=4, duration=1e5), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("short", gpus=8, duration=100.0, walltime_s=300.0), 10.0)
+    assert cycle(sched, 10.0) == []
+    assert sched._blocked["short"][0] == "hopeless"
+
+    tried: list[tuple[str, float]] = []
+    attempt = sched._attempt
+    sched._attempt = lambda j, now, ctx: tried.append((j.id, now)) or attempt(j, now, ctx)
+    sched.submit(job("quick", gpus=2, duration=100.0, walltime_s=100.0), 20.0)
+    assert "quick" in starts(cycle(sched, 20.0))
+    sched.submit(job("longer", gpus=2, duration=1e5, walltime_s=1e5), 30.0)
+    assert "longer" in starts(cycle(sched, 30.0))
+    assert ("short", 30.0) not in tried  # woken by neither the submission nor quick's start
+    cycle(sched, 40.0)
+    assert ("short", 40.0) in tried  # longer runs past its horizon: a victim, if too few
+    assert sched._blocked["short"][0] == "hopeless"

@@ -80,6 +80,14 @@ class Policy:
         but 1 (reclaim); a tier-1 job trying at tier 2 may also take from tier-2 borrowers."""
         return (3, 2) if within_quota or job.borrows_at_tier2 else _LOWER_TIERS[job.tier]
 
+    def victim_min_run(
+        self, sched: Scheduler, job: Job, gpu_type: str, within_quota: bool
+    ) -> float:
+        """How long (by its walltime estimate) a job of a `victim_tiers` tier starting on the
+        type must be expected to run for `may_preempt` ever to let the job stop it: a job with
+        no victims there now wakes only for such starts (`Scheduler._hopeless`). 0: any."""
+        return 0.0
+
     def preempt_key(self, sched: Scheduler, job: Job, gpu_type: str) -> Hashable:
         """What decides whom `may_preempt` lets the job stop on the type, beyond the fields of
         `Scheduler._preempt_sig` (shape, tier, quota standing, team) and the victims' own state:

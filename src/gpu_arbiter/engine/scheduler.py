@@ -60,7 +60,18 @@ from gpu_arbiter.engine.sharing import SharedGpus
 from gpu_arbiter.engine.spares import HotSpares
 
 _TIERS = (1, 2, 3)
+# Starts are counted by the run their walltime estimate gives them: band b counts those expected
+# to run at least 2**b seconds (the last band, about 68 years and beyond, those without one).
+_RUN_BANDS = 32
 _HOPELESS = "hopeless"  # marks a `_blocked` stamp made by `Scheduler._hopeless`
+
+
+def _run_band(run: float) -> int:
+    """The band of `_RUN_BANDS` a run of `run` seconds falls in: the largest b with
+    2**b <= `run` (0 below 2 seconds, the last band at most)."""
+    if run >= 2.0 ** (_RUN_BANDS - 1):
+        return _RUN_BANDS - 1
+    return math.frexp(run)[1] - 1 if run >= 2.0 else 0
 
 
 @dataclass(slots=True)
@@ -167,7 +178,9 @@ class Scheduler:
         # Bumped whenever a type's running set changes, so per-cycle caches know they are stale.
         self._epoch: dict[str, int] = {t: 0 for t in capacity}
         self._freed: dict[str, int] = {t: 0 for t in capacity}  # bumped when GPUs free up
-        self._starts: dict[tuple[str, int], int] = {(t, k): 0 for t in capacity for k in _TIERS}
+        self._starts: dict[tuple[str, int], list[int]] = {
+            (t, k): [0] * _RUN_BANDS for t in capacity for k in _TIERS
+        }
         self._starts_now: dict[str, tuple[float, int]] = {}  # starts at the latest start time
         self._flips: dict[str, int] = {t: 0 for t in capacity}  # borrowed flags changed
         self._blocked: dict[str, tuple] = {}  # job id -> `_blocked_stamp` of its last failure
@@ -586,8 +599,10 @@ class Scheduler:
         `_still_hopeless`), per accepted type: the team's releases there (which can put it
         back within its quota, so it may reclaim), for a tier-1 job any GPUs freed there (the
         pool may have room again) and, where the job may take GPUs from some tier but nobody
-        of it runs, jobs started there. Placement is only ever refused here for too few free
-        GPUs, so power and topology need no stamp."""
+        of it runs (or nobody the policy lets it stop), jobs of that tier started there that
+        are expected to run long enough to be its victims (`Policy.victim_min_run`).
+        Placement is only ever refused here for too few free GPUs, so power and topology need
+        no stamp."""
         if job.spec.gpu_milli < MILLI:
             return None  # may fit on a GPU already shared
         free = self.index.type_free
@@ -603,7 +618,8 @@ class Scheduler:
                     return None
                 tiers = self.policy.victim_tiers(job, within)
                 if tiers:
-                    starts = (tiers, self._starts_of(t, tiers))
+                    band = _run_band(self.policy.victim_min_run(self, job, t, within))
+                    starts = (tiers, band, self._starts_of(t, tiers, band))
             wake.append((self._releases(job, t), starts))
         return (_HOPELESS, int(job.tier), n, tuple(wake))
 
@@ -636,7 +652,7 @@ class Scheduler:
                 return False
             if (self._freed[t] if core else releases.get((team, t), 0)) != seen:
                 return False
-            if starts is not None and self._starts_of(t, starts[0]) != starts[1]:
+            if starts is not None and self._starts_of(t, starts[0], starts[1]) != starts[2]:
                 return False
         return True
 
@@ -680,22 +696,21 @@ class Scheduler:
         only gets stricter with time. Decisions that can change with time alone (lost work
         weighed against a wait, a policy holding types back, a staggered start) are never
         remembered. It still counts as blocked on its types, and a type without a reservation
-        yet gets its reservation from a full look (for a hopeless job, the one type its full
-        look would reserve)."""
+        yet gets its reservation from a full look or, for a hopeless job, on the one type its
+        full look would reserve (`_failed`), from here: its try would fail the same way."""
         types = self.types_by_speed(job)
-        hopeless = stamp[0] == _HOPELESS
         reservations = ctx.reservations
-        if self._reserves and not all(map(reservations.__contains__, types)):
+        unreserved = self._reserves and not all(map(reservations.__contains__, types))
+        if stamp[0] == _HOPELESS:
+            n = stamp[2]
             # A hopeless job's failed try reserves its first candidate type only: the others
             # may stay unreserved for good, and looking again would not change that.
-            tried = self._types_when_hopeless(job, stamp[2]) if hopeless else None
-            if tried is None or tried[0] not in reservations:
+            tried = self._types_when_hopeless(job, n) if unreserved else None
+            if unreserved and tried is None or not self._still_hopeless(job, stamp, types):
                 return False
-        if hopeless:
-            if not self._still_hopeless(job, stamp, types):
-                return False
-            n = stamp[2]
-        elif self._blocked_stamp(job, now) != stamp:
+            if tried is not None and tried[0] not in reservations:
+                reservations[tried[0]] = self._reservation_for(job, tried[0], n, now)
+        elif unreserved or self._blocked_stamp(job, now) != stamp:
             return False
         else:
             n = start_sizes(job.spec, self.policy.elastic)[-1]  # the smallest a try asks for
@@ -1068,15 +1083,18 @@ class Scheduler:
         if freed:
             self._freed[gpu_type] += 1
 
-    def _count_start(self, gpu_type: str, tier: int, now: float) -> None:
-        self._starts[(gpu_type, tier)] += 1
+    def _count_start(self, gpu_type: str, tier: int, run: float, now: float) -> None:
+        """A job of the tier started on the type, expected to run `run` seconds."""
+        counts = self._starts[(gpu_type, tier)]
+        for b in range(_run_band(run) + 1):
+            counts[b] += 1
         at, k = self._starts_now.get(gpu_type, (None, 0))
         self._starts_now[gpu_type] = (now, k + 1 if at == now else 1)
 
-    def _starts_of(self, gpu_type: str, tiers: tuple[int, ...]) -> int:
+    def _starts_of(self, gpu_type: str, tiers: tuple[int, ...], band: int = 0) -> int:
         """Jobs of `tiers` started on the type so far (new victims for a job of a policy that
-        may stop those tiers)."""
-        return sum(self._starts[(gpu_type, k)] for k in tiers)
+        may stop those tiers), of those expected to run at least 2**`band` seconds."""
+        return sum(self._starts[(gpu_type, k)][band] for k in tiers)
 
     def _starts_at(self, gpu_type: str, now: float) -> int:
         """Jobs started on the type at `now` (no victims until time has passed)."""
@@ -1273,7 +1291,6 @@ class Scheduler:
                 self.index.take(node, gpus_to_mask(gpus), w)
             self.node_jobs[node].add(job.id)
         self._changed(t, freed=False)
-        self._count_start(t, int(job.tier), now)
         if self.policy.preemption and job.tier != Tier.CORE:
             self._started_at = now  # tier 1 is never a victim (S1)
         job.allocation = alloc
@@ -1282,6 +1299,7 @@ class Scheduler:
         restarting = job.first_start is not None
         job.begin_segment(now, self.cfg.restart_overhead_s if restarting else 0.0)
         self.ends_by_type[t].add((job.expected_end_at, job.seq, job.id))
+        self._count_start(t, int(job.tier), job.expected_end_at - now, now)
         job.started_at = now
         if job.first_start is None:
             job.first_start = now

@@ -143,6 +143,14 @@ class ArbiterPolicy(Policy):
         served_less = frozenset(t for t in fair.alloc if fair.share(t) < share)
         return (self._time_left(sched, job, gpu_type), served_less)
 
+    def victim_min_run(self, sched, job: Job, gpu_type: str, within_quota: bool) -> float:
+        """A job that may stop tier-3 jobs only for running far longer (`may_preempt`) waits
+        for a start expected to outlast its horizon: one that starts later and ends after the
+        horizon then runs at least as long as the horizon is from now."""
+        if super().victim_tiers(job, within_quota) or not self._stops_longer(job):
+            return 0.0
+        return self._horizon(sched, job, gpu_type) - self.now
+
     def may_have_victims(self, sched, job: Job, gpu_type: str, within_quota: bool) -> bool:
         if not super().may_have_victims(sched, job, gpu_type, within_quota):
             return False
@@ -155,9 +163,11 @@ class ArbiterPolicy(Policy):
         stop for running far longer (`may_preempt`) add up to its size. Most tier-3 jobs find
         too few, and a walk back from the latest expected end, which stops at the first job
         not long enough, costs far less than a search of every tier-3 job there. After
-        `WALK_LIMIT` jobs (other tiers run long too) the search decides. A job found to have
-        no victims is looked at again once a job starts on the type or its team releases GPUs
-        there (`Scheduler._hopeless`), not when fair shares shift."""
+        `WALK_LIMIT` jobs (other tiers run long too) the search decides. Jobs started this
+        cycle count too (the search passes them over until the next one), so that a job found
+        to have no victims need only be looked at again once a tier-3 job expected to outlast
+        its horizon starts on the type (`victim_min_run`) or its team releases GPUs there
+        (`Scheduler._hopeless`), not when fair shares shift."""
         need = job.spec.elastic_range[0] - sched.index.type_free[gpu_type]
         horizon = self._horizon(sched, job, gpu_type)
         for looked, (end, _, job_id) in enumerate(reversed(sched.ends_by_type[gpu_type])):
@@ -166,7 +176,6 @@ class ArbiterPolicy(Policy):
             v = sched.running[job_id]
             if (
                 v.tier == Tier.EXPLORATORY
-                and v.started_at != self.now
                 and job_id not in sched.pending_stops
                 and self._may_displace(sched, job, v, within_quota)
             ):
