@@ -703,13 +703,16 @@ class Scheduler:
         unreserved = self._reserves and not all(map(reservations.__contains__, types))
         if stamp[0] == _HOPELESS:
             n = stamp[2]
-            # A hopeless job's failed try reserves its first candidate type only: the others
-            # may stay unreserved for good, and looking again would not change that.
-            tried = self._types_when_hopeless(job, n) if unreserved else None
-            if unreserved and tried is None or not self._still_hopeless(job, stamp, types):
+            if not self._still_hopeless(job, stamp, types):
                 return False
-            if tried is not None and tried[0] not in reservations:
-                reservations[tried[0]] = self._reservation_for(job, tried[0], n, now)
+            if unreserved:
+                # A hopeless job's failed try reserves its first candidate type only: the
+                # others may stay unreserved for good, and looking again would not change that.
+                tried = self._types_when_hopeless(job, n)
+                if tried is None:
+                    return False
+                if tried[0] not in reservations:
+                    reservations[tried[0]] = self._reservation_for(job, tried[0], n, now)
         elif unreserved or self._blocked_stamp(job, now) != stamp:
             return False
         else:

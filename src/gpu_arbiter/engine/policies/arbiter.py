@@ -147,14 +147,14 @@ class ArbiterPolicy(Policy):
         """A job that may stop tier-3 jobs only for running far longer (`may_preempt`) waits
         for a start expected to outlast its horizon: one that starts later and ends after the
         horizon then runs at least as long as the horizon is from now."""
-        if super().victim_tiers(job, within_quota) or not self._stops_longer(job):
+        if not self._stops_only_longer(job, within_quota):
             return 0.0
         return self._horizon(sched, job, gpu_type) - self.now
 
     def may_have_victims(self, sched, job: Job, gpu_type: str, within_quota: bool) -> bool:
         if not super().may_have_victims(sched, job, gpu_type, within_quota):
             return False
-        if super().victim_tiers(job, within_quota) or not self._stops_longer(job):
+        if not self._stops_only_longer(job, within_quota):
             return True
         return self._longer_jobs_hold_enough(sched, job, gpu_type, within_quota)
 
@@ -198,6 +198,11 @@ class ArbiterPolicy(Policy):
             and job.tier == Tier.EXPLORATORY
             and job.spec.walltime_s is not None
         )
+
+    def _stops_only_longer(self, job: Job, within_quota: bool) -> bool:
+        """Whether the job's only victims are tier-3 jobs running far longer: the tier rules
+        give it none (`Policy.victim_tiers`), and it may stop longer ones."""
+        return self._stops_longer(job) and not super().victim_tiers(job, within_quota)
 
     def _horizon(self, sched, job: Job, gpu_type: str) -> float:
         """Victims on the type must be expected to run until at least this time. Asked for
