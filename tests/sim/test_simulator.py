@@ -72,6 +72,25 @@ def test_a_preempted_tier3_job_loses_the_work_since_its_checkpoint_and_finishes_
     assert result.kpis["tier1_preempted"] == 0
 
 
+def test_a_victim_stopped_at_once_restarts_on_another_free_type_without_waiting_for_an_event():
+    """core (tier 1, H100s only) stops x at once at 400 s. The A100s are free, so x restarts
+    there in a cycle right after, not when core ends at 10,400 s (the next event): it restores
+    for 60 s and runs its 1000 s of work at half speed."""
+    c = cluster(
+        {"name": "fast", "nodes": 1, "gpu_type": "H100"},
+        {"name": "slow", "nodes": 1, "gpu_type": "A100"},
+    )
+    speeds = {"H100": 1.0, "A100": 0.5}
+    specs = [
+        job("x", team="b", gpus=8, duration=1000.0, walltime_s=1000.0, gpu_types=speeds),
+        job("core", tier=1, gpus=8, duration=10_000.0, submit_s=400.0, gpu_types={"H100": 1.0}),
+    ]
+    by_id = {r.id: r for r in simulate(c, [], "arbiter", specs, QUIET).records}
+    assert (by_id["x"].preemptions, by_id["x"].gpu_type) == (1, "A100")
+    assert by_id["x"].finished_at == pytest.approx(400.0 + 60.0 + 2000.0)
+    assert by_id["core"].queue_delay_s == 0.0
+
+
 def test_a_tier1_request_admitted_at_tier2_is_not_counted_as_a_tier1_preemption():
     """Found by the property suite: the KPI counted the tier asked for, so preempting a job
     whose tier-1 request was too large for its quota and the pool read as an S1 breach."""

@@ -115,6 +115,8 @@ class _Cycle:
     timely: bool = False  # the job being looked at met a rule that can change with time alone
     wait_on: str | None = None  # the type the job being looked at waits for, if not its fastest
     retry: bool = False  # a per-cycle limit (power stagger) held a job back: look again next cycle
+    # A victim stopped at once went back to the queue behind the walk: it may fit elsewhere now.
+    stopped_at_once: bool = False
 
 
 class Scheduler:
@@ -387,7 +389,9 @@ class Scheduler:
         ctx.victim_index.clear()
         return CycleResult(
             decisions=decisions,
-            next_wakeup=self.policy.next_wakeup(self, now),
+            # A victim stopped at once gets its look in a cycle right after this one (in the
+            # simulator no event may come for hours; the live loop would look at once too).
+            next_wakeup=now if ctx.stopped_at_once else self.policy.next_wakeup(self, now),
             examined=examined,
             started=started,
             preempted=ctx.preempted,
@@ -1178,6 +1182,7 @@ class Scheduler:
             ctx.preempted += 1
             if grace == 0:
                 self._stop(v, now, keep_all=self.policy.suspend_saves)
+                ctx.stopped_at_once = True
             else:
                 v.preempting = True
                 self.pending_stops[v.id] = order
