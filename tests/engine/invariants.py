@@ -7,7 +7,7 @@ incrementally, so any drift between the two is a bug.
 
 from __future__ import annotations
 
-from gpu_arbiter.domain import Allocation, Decision, Job, Preempt, Resize, Start, Tier
+from gpu_arbiter.domain import MILLI, Allocation, Decision, Job, Preempt, Resize, Start, Tier
 from gpu_arbiter.engine import Scheduler
 from gpu_arbiter.engine.capacity import POWER_FACTOR
 from gpu_arbiter.engine.migration import never_worth
@@ -27,10 +27,19 @@ def busy_masks(sched: Scheduler) -> list[int]:
                 owner[key] = who
         busy[node] |= mask
 
+    shared: dict[tuple[int, int], int] = {}  # GPUs fractional jobs share (S11): milli in use
     for job in sched.running.values():
         assert job.allocation is not None, f"running job {job.id} has no allocation"
+        if job.spec.gpu_milli < MILLI:
+            ((node, (gpu,)),) = job.allocation.slots
+            shared[(node, gpu)] = shared.get((node, gpu), 0) + job.spec.gpu_milli
+            continue
         for node, gpus in job.allocation.slots:
             claim(job.id, node, gpus_to_mask(gpus))
+    assert all(milli <= MILLI for milli in shared.values()), f"a GPU over 1000 milli: {shared}"
+    assert shared == sched.shared.used, "shared GPUs drifted"
+    for node, gpu in shared:
+        claim("fractional jobs", node, 1 << gpu)
     for hold in sched.holds.values():
         for node, mask in hold.held:
             claim(f"hold for {hold.job.id}", node, mask)
@@ -83,9 +92,14 @@ def check_power(sched: Scheduler) -> None:
         return types[gpu_type].power_w * POWER_FACTOR[job.spec.power_profile]
 
     for job in sched.running.values():
+        if job.spec.gpu_milli < MILLI:
+            continue  # its GPU's power is booked once, by the job that opened it (S11)
         w = watts(job, job.allocation.gpu_type)
         for node, gpus in job.allocation.slots:
             running[index.node_rack[node]] += w * len(gpus)
+    assert sched.shared.watts.keys() == sched.shared.used.keys()
+    for (node, _), w in sched.shared.watts.items():
+        running[index.node_rack[node]] += w
     for hold in sched.holds.values():
         w = watts(hold.job, hold.allocation.gpu_type)
         for node, mask in hold.held:
@@ -103,10 +117,10 @@ def check_quotas(sched: Scheduler) -> None:
     for job in sched.running.values():
         if not job.borrowed:
             key = (job.team, job.allocation.gpu_type)
-            owned[key] = owned.get(key, 0) + job.gpus_held
-    for (team, t), n in owned.items():
+            owned[key] = owned.get(key, 0) + job.milli_held
+    for (team, t), milli in owned.items():
         limit = sched.quota.limit(team, t)
-        assert n <= limit, f"team {team} holds {n} guaranteed {t} GPUs, quota {limit}"
+        assert milli <= limit, f"team {team} holds {milli} guaranteed {t} milli, quota {limit}"
 
 
 def check_move_index(sched: Scheduler) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
-from gpu_arbiter.domain import GPU_CATALOG, Cluster, JobSpec, Node, Rack, Team, Tier
+from gpu_arbiter.domain import GPU_CATALOG, MILLI, Cluster, JobSpec, Node, Rack, Team, Tier
 from gpu_arbiter.domain.team import default_teams
 
 TYPES = ("H100", "A100")
@@ -87,6 +87,10 @@ def job_specs(draw: st.DrawFn, shape: Shape, teams: list[Team], i: int) -> JobSp
         o_feasible = sum(o_racks[:max_racks] if max_racks else o_racks)
         if lo > o_feasible:
             accepted[t] = GPU_CATALOG[t].speed
+    # One GPU, not elastic: a fractional share of one (S11) half of the time.
+    milli = MILLI
+    if lo == gpus == hi == 1 and draw(st.booleans()):
+        milli = draw(st.sampled_from([250, 500, 700]))
     duration = float(draw(st.integers(10, 5000)))
     walltime = draw(st.none() | st.floats(0.5, 3.0).map(lambda f: round(duration * f, 1)))
     return JobSpec(
@@ -104,6 +108,7 @@ def job_specs(draw: st.DrawFn, shape: Shape, teams: list[Team], i: int) -> JobSp
         tp_size=tp,
         checkpoint_interval_s=draw(st.none() | st.sampled_from([60.0, 300.0, 1200.0])),
         power_profile=draw(st.sampled_from(["normal", "high"])),
+        gpu_milli=milli,
     )
 
 
