@@ -4,6 +4,7 @@ import pytest
 
 from gpu_arbiter.domain import Team, Tier
 from gpu_arbiter.engine import EngineConfig, Scheduler
+from gpu_arbiter.engine.capacity import CapacityIndex
 from gpu_arbiter.engine.placement import Request
 from gpu_arbiter.engine.preemption import plan_preemption, victim_options
 from tests.conftest import job
@@ -320,7 +321,7 @@ def test_a_victim_whose_borrowed_flag_flips_in_the_cycle_stays_a_victim_as_it_is
     assert {"core1", "core2"} <= set(starts(decisions))
 
 
-def test_a_search_whose_victims_together_free_too_few_gpus_releases_none_of_them():
+def test_a_search_whose_victims_together_free_too_few_gpus_releases_none_of_them(monkeypatch):
     """The common failed search of a busy cluster costs a count, not a tentative release of
     every victim in the capacity index (and its undoing)."""
     sched = Scheduler(one_rack(nodes=1))
@@ -328,16 +329,19 @@ def test_a_search_whose_victims_together_free_too_few_gpus_releases_none_of_them
     sched.submit(job("a4", tier=1, gpus=4, duration=1e5), 0.0)
     cycle(sched, 0.0)
     index, x2 = sched.index, sched.jobs["x2"]
-    option = victim_options([x2], False, 0.0, 10.0)
+    option = victim_options([x2], False, 0.0, 10.0, lambda v: 0.0)
     released = []
+    give = CapacityIndex.give
+    monkeypatch.setattr(
+        CapacityIndex,
+        "give",
+        lambda self, node, mask, w: (released.append(node), give(self, node, mask, w)),
+    )
 
-    def watts(v):
-        released.append(v.id)
-        return 0.0
-
-    assert plan_preemption(index, Request("H100", 5), option, watts, "pack") is None
+    assert plan_preemption(index, Request("H100", 5), option, "pack") is None
     assert released == []  # 2 free + 2 from x2 < 5: nothing to try
-    plan = plan_preemption(index, Request("H100", 4), option, watts, "pack")
+    plan = plan_preemption(index, Request("H100", 4), option, "pack")
+    assert released == [0]
     assert plan is not None and [v.job.id for v in plan.victims] == ["x2"]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -9,6 +10,7 @@ from gpu_arbiter.domain import Cluster, JobState, Node, Rack, Start, Team
 from gpu_arbiter.domain.team import default_teams
 from gpu_arbiter.engine import Scheduler
 from tests.conftest import job
+from tests.engine.helpers import cycle, preempts, starts
 
 
 def one_node(gpus: int = 8) -> Scheduler:
@@ -105,3 +107,42 @@ def test_no_gpu_is_ever_booked_past_a_thousand_milli(ops):
         assert all(v <= 1000 for v in booked.values())
         assert booked == sched.shared.used
         assert sched.index.type_free["H100"] == 2 - len(booked)
+
+
+def test_a_tier1_job_stops_the_tier3_jobs_sharing_a_gpu_at_once_and_starts_in_the_cycle():
+    """S1 with S11: tier-3 pods that share the only GPU are suspended together for a tier-1
+    job; one of them alone would free nothing. (On Alibaba v2023, where most tier-3 pods are
+    fractional, tier-1 pods waited a minute for a tier-2 victim's save instead.)"""
+    sched = one_node(gpus=1)
+    sched.submit(job("s1", tier=3, gpu_milli=500, duration=1e5), 0.0)
+    sched.submit(job("s2", tier=3, gpu_milli=300, duration=1e5), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("core", tier=1, duration=1e5), 600.0)
+    decisions = cycle(sched, 600.0)
+    assert set(preempts(decisions)) == {"s1", "s2"}
+    assert all(p.grace_s == 0 and p.for_job == "core" for p in preempts(decisions).values())
+    assert "core" in starts(decisions) and not sched.shared.used
+
+
+def test_a_gpu_shared_with_a_tier2_job_is_not_freed_at_once_and_its_tier3_job_keeps_running():
+    sched = one_node(gpus=1)
+    sched.submit(job("s3", tier=3, gpu_milli=500, duration=1e5), 0.0)
+    sched.submit(job("s2", tier=2, gpu_milli=500, duration=1e5), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("core", tier=1, duration=1e5), 600.0)
+    assert not preempts(cycle(sched, 600.0))
+    assert {"s2", "s3"} <= set(sched.running)
+
+
+@pytest.mark.parametrize(("now", "stopped"), [(600.0, {"s1", "s2"}), (3000.0, {"biz"})])
+def test_tier3_jobs_sharing_a_gpu_are_stopped_only_while_their_unsaved_work_is_small(now, stopped):
+    """Two pods without checkpoints: after 10 min each they would lose 20 min together, so
+    they stop at once; after 50 min each, 100 min (over `shared_stop_max_unsaved_s`, 1 h),
+    so the tier-2 job on the other GPU gets its notice instead."""
+    sched = one_node(gpus=2)
+    sched.submit(job("biz", tier=2, duration=1e5), 0.0)
+    sched.submit(job("s1", tier=3, gpu_milli=500, duration=1e5), 0.0)
+    sched.submit(job("s2", tier=3, gpu_milli=500, duration=1e5), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("core", tier=1, duration=1e5), now)
+    assert set(preempts(cycle(sched, now))) == stopped

@@ -35,3 +35,8 @@ class EngineConfig:
     # (`Scheduler._worth_the_lost_work`). Lost work is capacity gone for everybody, and the
     # victim goes back in line; a wait only delays the preemptor.
     lost_work_weight: float = 2.0
+    # Fractional jobs sharing one GPU (S11) are stopped together at once (for a tier-1 job, S1,
+    # or an inference surge, S9) only while their unsaved work adds up to at most this much
+    # (`Scheduler._shared_gpu_option`): one GPU freed throws away every sharer's progress, and
+    # small pods rarely checkpoint. Beyond it the preemptor gives someone notice or waits.
+    shared_stop_max_unsaved_s: float = 3600.0

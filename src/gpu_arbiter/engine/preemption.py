@@ -24,9 +24,15 @@ owned, youngest run.
 Lost work comes before borrowed-or-owned: where the preemptor may take either
 (`Policy.may_preempt`), taking a borrowed job that has run for days without a checkpoint
 instead of an owned one that started a minute ago throws the days away (on 0e4a51 with
-borrowed first: mean JCT 106.7 h, 18,664 GPU-h lost; lost first: 101.1 h, 16,986). Candidates
-are released tentatively in the capacity index until the gang fits; victims whose GPUs the gang
-does not use are then spared, and the index is restored — the plan changes nothing by itself.
+borrowed first: mean JCT 106.7 h, 18,664 GPU-h lost; lost first: 101.1 h, 16,986).
+Fractional jobs (S11) are victims only all together: a GPU that jobs of one tier alone share is
+one option that stops them all (costed by the work they lose together), and only where they
+stop at once (tier 3 for a tier-1 job, or an inference surge) with at most
+`EngineConfig.shared_stop_max_unsaved_s` of unsaved work between them; a GPU shared with a job
+of another tier is freed by nobody.
+Candidates are released tentatively in the capacity index until the gang fits; victims whose
+GPUs the gang does not use are then spared, and the index is restored — the plan changes
+nothing by itself.
 """
 
 from __future__ import annotations
@@ -53,19 +59,40 @@ class PreemptionPlan:
     victims: list[Victim]
 
 
-# (sort key, victim, allocation it keeps or None, allocation it releases, the victim's
-# allocation and borrowed flag when the option was made — it is stale once either changes)
-Option = tuple[tuple, Job, Allocation | None, Allocation, Allocation, bool]
+@dataclass(slots=True, eq=False)
+class Option:
+    """One way to free GPUs for a preemptor: stop `jobs` (one job, or every fractional job
+    sharing one GPU, S11: the GPU is free only once they all stop), or shrink one elastic job
+    to `kept`. It is stale once any of the jobs stopped, was resized or changed its borrowed
+    flag since it was made (`current`)."""
+
+    key: tuple  # the cost order (`option_key`), cheapest first
+    jobs: tuple[Job, ...]
+    kept: Allocation | None  # what a shrunk job keeps; None: the jobs stop
+    part: Allocation  # the GPUs it frees
+    watts: float  # the power booked for each GPU of `part`
+    made_with: tuple[tuple[Allocation | None, bool], ...]  # each job's allocation and flag then
+
+    def current(self) -> bool:
+        return all(
+            v.allocation is alloc and v.borrowed == borrowed
+            for v, (alloc, borrowed) in zip(self.jobs, self.made_with, strict=True)
+        )
 
 
 def victim_options(
-    jobs: Iterable[Job], shrink: bool, notice: float, now: float, by_estimates: bool = True
+    jobs: Iterable[Job],
+    shrink: bool,
+    notice: float,
+    now: float,
+    watts: Callable[[Job], float],
+    by_estimates: bool = True,
 ) -> list[Option]:
     """The running jobs in `jobs` as victim options, cheapest first (see the module doc): shrunk
     to their minimum when `shrink` (jobs that cannot shrink are left out), else stopped, each
     expected to keep running for at most `notice` seconds after its notice (0: at once).
-    Without `by_estimates` (a policy that does not read walltime estimates), victims are
-    ranked by tier and work lost alone."""
+    `watts`: a job's power per GPU. Without `by_estimates` (a policy that does not read
+    walltime estimates), victims are ranked by tier and work lost alone."""
     options = []
     for v in jobs:
         alloc = v.allocation
@@ -81,9 +108,22 @@ def victim_options(
             cost = v.unsaved_at(now) * alloc.gpus
         key = (-int(v.tier), wait, cost, not v.borrowed, -(v.started_at or 0.0), v.seq)
         part = alloc if kept is None else _difference(alloc, kept)
-        options.append((key, v, kept, part, alloc, v.borrowed))
+        options.append(Option(key, (v,), kept, part, watts(v), ((alloc, v.borrowed),)))
     options.sort(key=option_key)
     return options
+
+
+def shared_gpu_option(sharers: tuple[Job, ...], watts: float, now: float) -> Option:
+    """The fractional jobs sharing one GPU (S11), all of one tier, as one victim option that
+    stops them all at once and frees the GPU (`watts`: the power booked for it). It costs the
+    GPU time they would lose together and ranks among the tier's victims that stop at once."""
+    cost = sum(v.unsaved_at(now) for v in sharers)
+    youngest = max(v.started_at or 0.0 for v in sharers)
+    borrowed = all(v.borrowed for v in sharers)
+    tier = int(sharers[0].tier)
+    key = (-tier, 0.0, cost, not borrowed, -youngest, min(v.seq for v in sharers))
+    made_with = tuple((v.allocation, v.borrowed) for v in sharers)
+    return Option(key, sharers, None, sharers[0].allocation, watts, made_with)
 
 
 def notice_wait(victim: Job, notice: float, now: float) -> float:
@@ -94,11 +134,7 @@ def notice_wait(victim: Job, notice: float, now: float) -> float:
 
 
 def plan_preemption(
-    index: CapacityIndex,
-    req: Request,
-    options: Iterable[Option],
-    watts: Callable[[Job], float],
-    strategy: str,
+    index: CapacityIndex, req: Request, options: Iterable[Option], strategy: str
 ) -> PreemptionPlan | None:
     """The cheapest victims whose GPUs let `req` be placed, or None. `options` are the allowed
     victims cheapest first; they are taken lazily, so a plan that needs a few victims looks at
@@ -113,45 +149,49 @@ def plan_preemption(
         if option is None:
             return None
         enough.append(option)
-        short -= option[3].gpus
-    released: list[tuple[Job, Allocation | None, Allocation]] = []
+        short -= option.part.gpus
+    released: list[Option] = []
     alloc = None
     try:
-        for _, v, kept, part, _, _ in chain(enough, options):
-            _give(index, part, watts(v))
-            released.append((v, kept, part))
+        for option in chain(enough, options):
+            _give(index, option.part, option.watts)
+            released.append(option)
             if index.type_free[req.gpu_type] >= req.gpus:
                 alloc = place(index, req, strategy)
                 if alloc is not None:
                     break
     finally:
-        for v, _, part in reversed(released):
-            _take(index, part, watts(v))
+        for option in reversed(released):
+            _take(index, option.part, option.watts)
     if alloc is None:
         return None
     used = {(n, g) for n, gs in alloc.slots for g in gs}
     chosen = {
         i
-        for i, (_, _, part) in enumerate(released)
-        if any((n, g) in used for n, gs in part.slots for g in gs)
+        for i, option in enumerate(released)
+        if any((n, g) in used for n, gs in option.part.slots for g in gs)
     }
-    chosen |= _power_victims(index, req, alloc, released, chosen, watts)
-    victims = [Victim(v, kept) for i, (v, kept, _) in enumerate(released) if i in chosen]
+    chosen |= _power_victims(index, req, alloc, released, chosen)
+    victims = [
+        Victim(v, option.kept)
+        for i, option in enumerate(released)
+        if i in chosen
+        for v in option.jobs
+    ]
     return PreemptionPlan(alloc, victims)
 
 
 def option_key(option: Option) -> tuple:
     """The cost order of victim options (cheapest first)."""
-    return option[0]
+    return option.key
 
 
 def _power_victims(
     index: CapacityIndex,
     req: Request,
     alloc: Allocation,
-    released: list[tuple[Job, Allocation | None, Allocation]],
+    released: list[Option],
     chosen: set[int],
-    watts: Callable[[Job], float],
 ) -> set[int]:
     """Victims the gang needs for the power they free, not their GPUs (S10): placement found
     room in a rack's cap only with them released, so sparing them would overdraw the rack.
@@ -165,17 +205,17 @@ def _power_victims(
     room = {r: index.power_headroom(r) for r in need}
 
     def free(i: int) -> None:
-        v, _, part = released[i]
-        for node, gpus in part.slots:
+        option = released[i]
+        for node, gpus in option.part.slots:
             r = index.node_rack[node]
             if r in room:
-                room[r] += len(gpus) * watts(v)
+                room[r] += len(gpus) * option.watts
 
     for i in chosen:
         free(i)
     extra: set[int] = set()
-    for i, (_, _, part) in enumerate(released):
-        racks = {index.node_rack[n] for n, _ in part.slots}
+    for i, option in enumerate(released):
+        racks = {index.node_rack[n] for n, _ in option.part.slots}
         if i not in chosen and any(room.get(r, 0.0) < need.get(r, 0.0) for r in racks):
             extra.add(i)
             free(i)

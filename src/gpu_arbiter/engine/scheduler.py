@@ -54,6 +54,7 @@ from gpu_arbiter.engine.preemption import (
     notice_wait,
     option_key,
     plan_preemption,
+    shared_gpu_option,
     victim_options,
 )
 from gpu_arbiter.engine.sharing import SharedGpus
@@ -946,29 +947,37 @@ class Scheduler:
         """The cheapest preemption plan for `n` GPUs of type `t` for the job, or None (changes
         nothing). `at_once`: only victims that stop (or shrink) without a grace. `count`: the
         search counts towards the cycle's `max_preemption_attempts`."""
-        pending, policy = self.pending_stops, self.policy
         inference = job.spec.kind == JobKind.INFERENCE  # others take from anyone (S9)
         allowed = (
             o
             for group in self._victim_groups(job, t, within, at_once, now, ctx)
             for o in group
-            if o[1].allocation is o[4]  # not stopped or resized since the list was made
-            and o[1].borrowed == o[5]
-            and o[1].id not in pending
-            and (not inference or self._inference_may_take(o[1]))
-            and policy.may_preempt(self, job, o[1], within)
+            if o.current()  # not stopped, resized or flipped since the list was made
+            and self._may_take(job, o, within, inference)
         )
         first = next(allowed, None)
         if first is None:
             return None  # nobody to preempt: not a search that counts towards the cap
         ctx.attempts += count
         return plan_preemption(
-            self.index,
-            self._request(job, t, n),
-            chain((first,), allowed),
-            self._watts,
-            policy.placement,
+            self.index, self._request(job, t, n), chain((first,), allowed), self.policy.placement
         )
+
+    def _may_take(self, job: Job, option: Option, within: bool, inference: bool) -> bool:
+        """Whether the job may stop (or shrink) the option's jobs now: none of them is stopping
+        already, an inference job takes only what S9 lets it, the policy allows each, and
+        nobody joined a shared GPU since the option was made."""
+        for v in option.jobs:
+            if v.id in self.pending_stops:
+                return False
+            if inference and not self._inference_may_take(v):
+                return False
+            if not self.policy.may_preempt(self, job, v, within):
+                return False
+        if option.jobs[0].spec.gpu_milli >= MILLI:
+            return True
+        ((node, (gpu,)),) = option.part.slots
+        return self.shared.used.get((node, gpu)) == sum(v.spec.gpu_milli for v in option.jobs)
 
     def _victim_groups(
         self, job: Job, t: str, within: bool, at_once: bool, now: float, ctx: _Cycle
@@ -991,7 +1000,9 @@ class Scheduler:
         self, ctx: _Cycle, t: str, group: int | str, notice: float, now: float
     ) -> list[Option]:
         """The victim options of one group (`victim_options`), each expected to keep its GPUs
-        for at most `notice` seconds. Kept current through the cycle (`_victim_changed`)."""
+        for at most `notice` seconds; for a tier whose jobs stop at once, also the GPUs that
+        jobs of that tier alone share (`_shared_gpu_options`). Kept current through the cycle
+        (`_victim_changed`)."""
         key = (t, group, notice)
         options = ctx.victims.get(key)
         if options is None:
@@ -1000,26 +1011,61 @@ class Scheduler:
             else:
                 jobs = self.running_by_tier[(t, group)].values()
             members = (v for v in jobs if self._in_victim_group(v, group, now))
-            ctx.victims[key] = options = victim_options(
-                members, group == "shrink", notice, now, self._reserves
+            options = victim_options(
+                members, group == "shrink", notice, now, self._watts, by_estimates=self._reserves
             )
-            ctx.victim_index[key] = {o[1].id: o for o in options}
+            if notice == 0 and group != "shrink":
+                options += self._shared_gpu_options(t, group, now)
+                options.sort(key=option_key)
+            ctx.victims[key] = options
+            ctx.victim_index[key] = {v.id: o for o in options for v in o.jobs}
         return options
 
     def _in_victim_group(self, v: Job, group: int | str, now: float) -> bool:
-        """Whether running job `v` belongs in a victim list of `group` (a tier, or "shrink")."""
+        """Whether running job `v` is an option of its own in a victim list of `group` (a tier,
+        or "shrink"); a fractional job is one only with the others on its GPU
+        (`_shared_gpu_option`)."""
         if v.started_at == now or v.spec.gpu_milli < MILLI:
-            return False  # never undo a start of this very cycle; shared GPUs are not freed
+            return False  # never undo a start of this very cycle
         shrinks = self.policy.elastic and v.spec.is_elastic and shrunk_allocation(v) is not None
         if group == "shrink":
             return v.id in self.elastic_running and shrinks
         return int(v.tier) == group and not shrinks
 
+    def _shared_gpu_options(self, t: str, tier: int, now: float) -> list[Option]:
+        """The shared GPUs of type `t` (S11) on which jobs of `tier` run, each as one option
+        stopping all its jobs (`_shared_gpu_option`). Only for victims that stop at once:
+        while victims given notice save, new fractional jobs could land on the GPU."""
+        gpus = {
+            v.allocation.slots[0]: None
+            for v in self.running_by_tier[(t, tier)].values()
+            if v.spec.gpu_milli < MILLI
+        }
+        options = (self._shared_gpu_option(node, gpu, tier, now) for node, (gpu,) in gpus)
+        return [o for o in options if o is not None]
+
+    def _shared_gpu_option(self, node: int, gpu: int, tier: int, now: float) -> Option | None:
+        """GPU `gpu` of `node`, shared by fractional jobs, as a victim option that stops them
+        all (`engine.preemption.shared_gpu_option`), or None unless they are all of `tier` and
+        none started in this very cycle. Freeing a whole GPU is what a preemptor needs; one
+        of its jobs alone frees nothing."""
+        sharers = []
+        for job_id in self.node_jobs[node]:
+            v = self.running[job_id]
+            if v.spec.gpu_milli < MILLI and v.allocation.slots[0][1][0] == gpu:
+                if int(v.tier) != tier or v.started_at == now:
+                    return None
+                sharers.append(v)
+        if sum(v.unsaved_at(now) for v in sharers) > self.cfg.shared_stop_max_unsaved_s:
+            return None
+        sharers.sort(key=lambda v: v.seq)
+        return shared_gpu_option(tuple(sharers), self.shared.watts[(node, gpu)], now)
+
     def _victim_changed(self, job: Job) -> None:
         """A running job's borrowed flag or allocation changed during the cycle: in the victim
-        lists already made for its type, put it where a list made now would have it (or take it
-        out). So a cycle's decisions do not depend on when its lists were first made (a dry run
-        of the type choice can make one early)."""
+        lists already made for its type, put it (or its shared GPU) where a list made now would
+        have it (or take it out). So a cycle's decisions do not depend on when its lists were
+        first made (a dry run of the type choice can make one early)."""
         ctx = self._ctx
         if not ctx.victims or job.allocation is None:
             return
@@ -1028,15 +1074,25 @@ class Scheduler:
             if key[0] != t:
                 continue
             index = ctx.victim_index[key]
-            old = index.pop(job.id, None)
+            old = index.get(job.id)
             if old is not None:
-                i = bisect_left(options, old[0], key=option_key)
-                del options[i]
+                del options[bisect_left(options, old.key, key=option_key)]
+                for v in old.jobs:
+                    del index[v.id]
             group, notice = key[1], key[2]
+            new: list[Option] = []
             if self._in_victim_group(job, group, now):
-                for new in victim_options((job,), group == "shrink", notice, now, self._reserves):
-                    insort(options, new, key=option_key)
-                    index[job.id] = new
+                new = victim_options(
+                    (job,), group == "shrink", notice, now, self._watts, self._reserves
+                )
+            elif job.spec.gpu_milli < MILLI and notice == 0 and group == int(job.tier):
+                node, (gpu,) = job.allocation.slots[0]
+                shared = self._shared_gpu_option(node, gpu, group, now)
+                new = [shared] if shared is not None else []
+            for option in new:
+                insort(options, option, key=option_key)
+                for v in option.jobs:
+                    index[v.id] = option
 
     def _plan_grace(self, job: Job, plan: PreemptionPlan) -> float:
         """How long the job waits for the plan's victims at most: the longest grace among

@@ -6,7 +6,8 @@ stays exactly as fast as before. Shared GPUs are indexed separately, per GPU typ
 milli-units they have left; a fractional job goes best-fit onto the shared GPU with the least
 room that still fits it, and opens a new shared GPU (best-fit placement of one GPU) only when
 none fits. The milli-units on a GPU never sum past 1000; the last job to leave gives the GPU
-back to the index.
+back to the index. A preemptor frees a shared GPU by stopping every job on it at once
+(`engine.preemption`).
 """
 
 from __future__ import annotations
