@@ -113,11 +113,17 @@ def victim_options(
     return options
 
 
-def shared_gpu_option(sharers: tuple[Job, ...], watts: float, now: float) -> Option:
+def shared_gpu_option(
+    sharers: tuple[Job, ...], watts: float, now: float, max_unsaved: float
+) -> Option | None:
     """The fractional jobs sharing one GPU (S11), all of one tier, as one victim option that
-    stops them all at once and frees the GPU (`watts`: the power booked for it). It costs the
-    GPU time they would lose together and ranks among the tier's victims that stop at once."""
+    stops them all at once and frees the GPU (`watts`: the power booked for it), or None when
+    they would lose more than `max_unsaved` seconds of work together. It costs that work, each
+    sharer's unsaved time in full (a pod loses all of it, whatever its share of the GPU), and
+    ranks among the tier's victims that stop at once."""
     cost = sum(v.unsaved_at(now) for v in sharers)
+    if cost > max_unsaved:
+        return None
     youngest = max(v.started_at or 0.0 for v in sharers)
     borrowed = all(v.borrowed for v in sharers)
     tier = int(sharers[0].tier)

@@ -1014,7 +1014,7 @@ class Scheduler:
             options = victim_options(
                 members, group == "shrink", notice, now, self._watts, by_estimates=self._reserves
             )
-            if notice == 0 and group != "shrink":
+            if self._lists_shared_gpus(group, notice):
                 options += self._shared_gpu_options(t, group, now)
                 options.sort(key=option_key)
             ctx.victims[key] = options
@@ -1032,10 +1032,17 @@ class Scheduler:
             return v.id in self.elastic_running and shrinks
         return int(v.tier) == group and not shrinks
 
+    @staticmethod
+    def _lists_shared_gpus(group: int | str, notice: float) -> bool:
+        """Whether a victim list of `group` with `notice` holds shared GPUs: one of a tier
+        whose jobs stop at once (`_shared_gpu_options`)."""
+        return notice == 0 and group != "shrink"
+
     def _shared_gpu_options(self, t: str, tier: int, now: float) -> list[Option]:
         """The shared GPUs of type `t` (S11) on which jobs of `tier` run, each as one option
-        stopping all its jobs (`_shared_gpu_option`). Only for victims that stop at once:
-        while victims given notice save, new fractional jobs could land on the GPU."""
+        stopping all its jobs (`_shared_gpu_option`). Only for victims that stop at once
+        (`_lists_shared_gpus`): while victims given notice save, new fractional jobs could
+        land on the GPU."""
         gpus = {
             v.allocation.slots[0]: None
             for v in self.running_by_tier[(t, tier)].values()
@@ -1046,9 +1053,10 @@ class Scheduler:
 
     def _shared_gpu_option(self, node: int, gpu: int, tier: int, now: float) -> Option | None:
         """GPU `gpu` of `node`, shared by fractional jobs, as a victim option that stops them
-        all (`engine.preemption.shared_gpu_option`), or None unless they are all of `tier` and
-        none started in this very cycle. Freeing a whole GPU is what a preemptor needs; one
-        of its jobs alone frees nothing."""
+        all (`engine.preemption.shared_gpu_option`), or None unless they are all of `tier`,
+        none started in this very cycle and their unsaved work is within
+        `EngineConfig.shared_stop_max_unsaved_s`. Freeing a whole GPU is what a preemptor
+        needs; one of its jobs alone frees nothing."""
         sharers = []
         for job_id in self.node_jobs[node]:
             v = self.running[job_id]
@@ -1056,10 +1064,9 @@ class Scheduler:
                 if int(v.tier) != tier or v.started_at == now:
                     return None
                 sharers.append(v)
-        if sum(v.unsaved_at(now) for v in sharers) > self.cfg.shared_stop_max_unsaved_s:
-            return None
         sharers.sort(key=lambda v: v.seq)
-        return shared_gpu_option(tuple(sharers), self.shared.watts[(node, gpu)], now)
+        watts, cap = self.shared.watts[(node, gpu)], self.cfg.shared_stop_max_unsaved_s
+        return shared_gpu_option(tuple(sharers), watts, now, cap)
 
     def _victim_changed(self, job: Job) -> None:
         """A running job's borrowed flag or allocation changed during the cycle: in the victim
@@ -1085,7 +1092,11 @@ class Scheduler:
                 new = victim_options(
                     (job,), group == "shrink", notice, now, self._watts, self._reserves
                 )
-            elif job.spec.gpu_milli < MILLI and notice == 0 and group == int(job.tier):
+            elif (
+                job.spec.gpu_milli < MILLI
+                and group == int(job.tier)
+                and self._lists_shared_gpus(group, notice)
+            ):
                 node, (gpu,) = job.allocation.slots[0]
                 shared = self._shared_gpu_option(node, gpu, group, now)
                 new = [shared] if shared is not None else []
