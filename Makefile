@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test bench lint clean
+.PHONY: setup demo test bench bench-traces lint clean
 
 $(BIN)/arbiter: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -23,6 +23,11 @@ test: setup
 bench: setup
 	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.api_bench
+
+# Every policy on every Gavel `msr` trace (issue 3's question, trace by trace; ~15 min on 2 cores).
+GAVEL_MSR ?= ../shared/traces/gavel/traces/msr
+bench-traces: setup
+	$(BIN)/python -m bench.trace_sweep $(GAVEL_MSR)
 
 lint: setup
 	$(BIN)/ruff check src tests bench

@@ -1,0 +1,201 @@
+"""`make bench-traces`: every policy on every trace of a folder, one verdict table.
+
+    python -m bench.trace_sweep DIR [--format gavel] [--cluster gavel:36:36:36]
+                                    [--policies arbiter,fifo,...] [--seed 0] [--workers N]
+                                    [--out bench/results/trace-sweep]
+
+`arbiter bench` compares policies on one trace in depth; this asks the wider question of issue
+3 — does Arbiter beat every baseline on mean JCT and on tier-1 P99 queueing delay — on every
+trace file under DIR (`*.trace`, `*.csv`, searched recursively), one simulation per trace and
+policy. It writes `OUT/sweep.json` (each trace's KPIs per policy, or why it could not run) and
+`OUT/sweep.md` (the verdicts: WIN, TIE or LOSS against the best baseline on each KPI, with
+the margin), and prints the same table. Traces run in parallel (`--workers`, default the CPU
+count); the Gavel `msr` folder (70 traces that fit the 108-GPU cluster) takes about 15 min on
+2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.table import Table
+
+from gpu_arbiter.cli.bench import DEFAULT_GAVEL_CLUSTER, parse_policies
+from gpu_arbiter.cli.inputs import load_inputs
+from gpu_arbiter.domain import InvalidInput
+from gpu_arbiter.engine.policies import POLICIES
+from gpu_arbiter.sim import SimConfig, simulate
+from gpu_arbiter.sim.faults import ReliabilityConfig
+
+OUT = Path(__file__).parent / "results" / "trace-sweep"
+SUFFIXES = (".trace", ".csv")
+TIE_SHARE = 1e-6  # KPIs this close (relative) are a tie
+
+
+def trace_files(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        raise InvalidInput(f"{folder}: not a folder of traces")
+    files = sorted(p for p in folder.rglob("*") if p.suffix in SUFFIXES and p.is_file())
+    if not files:
+        raise InvalidInput(f"{folder}: no {' or '.join(SUFFIXES)} files in it")
+    return files
+
+
+def run_trace(
+    path: Path, fmt: str, cluster: str, policies: list[str], seed: int
+) -> dict[str, object]:
+    """One trace under every policy: {"jobs", "policies": {name: KPIs}} or {"error": why}."""
+    try:
+        inputs = load_inputs(cluster, trace=path, fmt=fmt, seed=seed)
+        kpis = {}
+        for name in policies:
+            result = simulate(
+                inputs.cluster,
+                inputs.teams,
+                name,
+                inputs.jobs,
+                SimConfig(reliability=ReliabilityConfig(seed=seed)),
+            )
+            k = result.kpis
+            kpis[name] = {
+                "avg_jct_h": k["avg_jct_s"] / 3600,
+                "tier1_p99_queue_min": k["p99_queue_delay_s_by_tier"].get("1", 0.0) / 60,
+            }
+    except InvalidInput as e:
+        return {"error": str(e)}
+    return {"jobs": len(inputs.jobs), "policies": kpis}
+
+
+def verdict(ours: float, best: float) -> str:
+    if math.isclose(ours, best, rel_tol=TIE_SHARE, abs_tol=1e-9):
+        return "TIE"
+    return "WIN" if ours < best else "LOSS"
+
+
+def judge(row: dict[str, object], kpi: str) -> tuple[str, float, str, float] | None:
+    """(verdict, Arbiter's value, best baseline, its value) on one KPI, or None."""
+    kpis = row.get("policies")
+    if not isinstance(kpis, dict) or "arbiter" not in kpis or len(kpis) < 2:
+        return None
+    ours = kpis["arbiter"][kpi]
+    baseline = min((p for p in kpis if p != "arbiter"), key=lambda p: (kpis[p][kpi], p))
+    best = kpis[baseline][kpi]
+    return verdict(ours, best), ours, baseline, best
+
+
+def table_rows(rows: list[dict[str, object]]) -> list[list[str]]:
+    out = []
+    for row in rows:
+        if "error" in row:
+            out.append([str(row["trace"]), "-", str(row["error"]), "", "", ""])
+            continue
+        cells = [str(row["trace"]), str(row["jobs"])]
+        for kpi, unit in (("avg_jct_h", "h"), ("tier1_p99_queue_min", "min")):
+            j = judge(row, kpi)
+            if j is None:
+                cells += ["", ""]
+                continue
+            v, ours, baseline, best = j
+            margin = f" ({(ours / best - 1) * 100:+.1f} %)" if best > 0 else ""
+            cells += [f"{v}{margin}", f"{ours:.3f} {unit} vs {baseline} {best:.3f} {unit}"]
+        out.append(cells)
+    return out
+
+
+HEADER = ["trace", "jobs", "mean JCT", "Arbiter vs best baseline", "tier-1 P99", "Arbiter vs best"]
+
+
+def counts(rows: list[dict[str, object]], kpi: str) -> dict[str, int]:
+    tally = {"WIN": 0, "TIE": 0, "LOSS": 0}
+    for row in rows:
+        j = judge(row, kpi)
+        if j is not None:
+            tally[j[0]] += 1
+    return tally
+
+
+def markdown(meta: dict[str, object], rows: list[dict[str, object]]) -> str:
+    lines = [
+        f"# Trace sweep: {meta['folder']}",
+        "",
+        f"Cluster `{meta['cluster']}`, seed {meta['seed']}, policies {', '.join(meta['policies'])}"
+        " (one simulation per trace and policy). A verdict compares Arbiter with the best "
+        "baseline on that trace.",
+        "",
+    ]
+    for kpi, label in (("avg_jct_h", "mean JCT"), ("tier1_p99_queue_min", "tier-1 P99")):
+        c = counts(rows, kpi)
+        lines.append(f"- {label}: {c['WIN']} wins, {c['TIE']} ties, {c['LOSS']} losses")
+    errors = sum(1 for r in rows if "error" in r)
+    if errors:
+        lines.append(f"- {errors} traces could not run on this cluster (reason in the table)")
+    lines += ["", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in table_rows(rows)]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", type=Path, help="folder of trace files (searched recursively)")
+    parser.add_argument("--format", default="gavel", help="trace format (as `arbiter bench`)")
+    parser.add_argument("--cluster", default=DEFAULT_GAVEL_CLUSTER)
+    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    console = Console()
+    try:
+        policies = parse_policies(args.policies)
+        files = trace_files(args.folder)
+    except InvalidInput as e:
+        parser.error(str(e))
+    rows: list[dict[str, object]] = []
+    columns = (
+        "{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with (
+        Progress(*columns, console=console) as progress,
+        ProcessPoolExecutor(max(1, args.workers)) as pool,
+    ):
+        task = progress.add_task("traces", total=len(files))
+        futures = {
+            pool.submit(run_trace, f, args.format, args.cluster, policies, args.seed): f
+            for f in files
+        }
+        for future in as_completed(futures):
+            row = {"trace": str(futures[future].relative_to(args.folder)), **future.result()}
+            rows.append(row)
+            progress.advance(task)
+    rows.sort(key=lambda r: str(r["trace"]))
+    meta = {
+        "folder": str(args.folder),
+        "cluster": args.cluster,
+        "seed": args.seed,
+        "policies": policies,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "sweep.json").write_text(json.dumps({**meta, "traces": rows}, indent=1) + "\n")
+    (args.out / "sweep.md").write_text(markdown(meta, rows))
+    table = Table(*HEADER, title=f"{args.folder} on {args.cluster}")
+    for cells in table_rows(rows):
+        table.add_row(*cells)
+    console.print(table)
+    for kpi, label in (("avg_jct_h", "mean JCT"), ("tier1_p99_queue_min", "tier-1 P99")):
+        c = counts(rows, kpi)
+        console.print(f"{label}: {c['WIN']} wins, {c['TIE']} ties, {c['LOSS']} losses")
+    console.print(f"wrote {args.out / 'sweep.json'} and {args.out / 'sweep.md'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""`python -m bench.trace_sweep`: every policy on every trace of a folder, with verdicts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bench.trace_sweep import judge, main, verdict
+
+FIXTURES = Path(__file__).parent / "fixtures" / "traces"
+
+
+def test_verdicts_compare_with_the_best_baseline() -> None:
+    row = {
+        "policies": {
+            "fifo": {"avg_jct_h": 5.0, "tier1_p99_queue_min": 0.0},
+            "gavel": {"avg_jct_h": 3.0, "tier1_p99_queue_min": 9.0},
+            "arbiter": {"avg_jct_h": 3.3, "tier1_p99_queue_min": 0.0},
+        }
+    }
+    assert judge(row, "avg_jct_h") == ("LOSS", 3.3, "gavel", 3.0)
+    assert judge(row, "tier1_p99_queue_min") == ("TIE", 0.0, "fifo", 0.0)
+    assert verdict(1.0, 2.0) == "WIN"
+    assert judge({"error": "too big"}, "avg_jct_h") is None
+
+
+def test_sweep_writes_every_trace_and_policy(tmp_path: Path) -> None:
+    folder = tmp_path / "traces"
+    (folder / "sub").mkdir(parents=True)
+    shutil.copy(FIXTURES / "gavel_small_test.trace", folder / "a.trace")
+    shutil.copy(FIXTURES / "gavel_msr_0e4a51_head.trace", folder / "sub" / "b.trace")
+    out = tmp_path / "out"
+    # 2 GPUs of each type: the 4-GPU jobs of b.trace cannot run there, those of a.trace can.
+    main([str(folder), "--out", str(out), "--workers", "1", "--cluster", "gavel:2:2:2"])
+    data = json.loads((out / "sweep.json").read_text())
+    a, b = data["traces"]
+    assert (a["trace"], b["trace"]) == ("a.trace", "sub/b.trace")
+    assert set(a["policies"]) == {"fifo", "backfill", "tiresias", "gavel", "arbiter"}
+    assert all(k["avg_jct_h"] > 0 for k in a["policies"].values())
+    assert "needs 4 GPUs" in b["error"] and "policies" not in b
+    report = (out / "sweep.md").read_text()
+    assert "| a.trace | 20 |" in report
+    assert "| sub/b.trace | - | job" in report
+    assert "- 1 traces could not run on this cluster" in report
+
+
+def test_a_folder_without_traces_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        main([str(tmp_path)])
