@@ -1,17 +1,18 @@
 """`make bench-traces`: every policy on every trace of a folder, one verdict table.
 
     python -m bench.trace_sweep DIR [--format gavel] [--cluster gavel:36:36:36]
-                                    [--policies arbiter,fifo,...] [--seed 0] [--workers N]
-                                    [--out bench/results/trace-sweep]
+                                    [--policies arbiter,fifo,...] [--seed 0] [--seeds 1]
+                                    [--workers N] [--out bench/results/trace-sweep]
 
 `arbiter bench` compares policies on one trace in depth; this asks the wider question of issue
 3 — does Arbiter beat every baseline on mean JCT and on tier-1 P99 queueing delay — on every
-trace file under DIR (`*.trace`, `*.csv`, searched recursively), one simulation per trace and
-policy. It writes `OUT/sweep.json` (each trace's KPIs per policy, or why it could not run) and
-`OUT/sweep.md` (the verdicts: WIN, TIE or LOSS against the best baseline on each KPI, with
-the margin), and prints the same table. Traces run in parallel (`--workers`, default the CPU
-count); the Gavel `msr` folder (70 traces that fit the 108-GPU cluster) takes about 15 min on
-2 cores.
+trace file under DIR (`*.trace`, `*.csv`, searched recursively), one simulation per trace,
+policy and seed (`--seeds`: the KPIs are means over them, as with `arbiter bench --seeds`;
+the seed draws the tiers and teams a trace lacks). It writes `OUT/sweep.json` (each trace's
+KPIs per policy, or why it could not run) and `OUT/sweep.md` (the verdicts: WIN, TIE or LOSS
+against the best baseline on each KPI, with the margin), and prints the same table. Traces
+run in parallel (`--workers`, default the CPU count); the Gavel `msr` folder (70 traces that
+fit the 108-GPU cluster) takes about 15 min per seed on 2 cores.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -48,28 +50,34 @@ def trace_files(folder: Path) -> list[Path]:
     return files
 
 
+KPIS = ("avg_jct_h", "tier1_p99_queue_min")
+
+
 def run_trace(
-    path: Path, fmt: str, cluster: str, policies: list[str], seed: int
+    path: Path, fmt: str, cluster: str, policies: list[str], seeds: list[int]
 ) -> dict[str, object]:
-    """One trace under every policy: {"jobs", "policies": {name: KPIs}} or {"error": why}."""
+    """One trace under every policy and seed (the seed draws the trace's tiers and teams, and
+    the failures): {"jobs", "policies": {name: {KPI: mean over the seeds, KPI_by_seed:
+    [...]}}} or {"error": why}."""
+    by_seed: dict[str, dict[str, list[float]]] = {p: {k: [] for k in KPIS} for p in policies}
     try:
-        inputs = load_inputs(cluster, trace=path, fmt=fmt, seed=seed)
-        kpis = {}
-        for name in policies:
-            result = simulate(
-                inputs.cluster,
-                inputs.teams,
-                name,
-                inputs.jobs,
-                SimConfig(reliability=ReliabilityConfig(seed=seed)),
-            )
-            k = result.kpis
-            kpis[name] = {
-                "avg_jct_h": k["avg_jct_s"] / 3600,
-                "tier1_p99_queue_min": k["p99_queue_delay_s_by_tier"].get("1", 0.0) / 60,
-            }
+        for seed in seeds:
+            inputs = load_inputs(cluster, trace=path, fmt=fmt, seed=seed)
+            for name in policies:
+                config = SimConfig(reliability=ReliabilityConfig(seed=seed))
+                k = simulate(inputs.cluster, inputs.teams, name, inputs.jobs, config).kpis
+                by_seed[name]["avg_jct_h"].append(k["avg_jct_s"] / 3600)
+                p99 = k["p99_queue_delay_s_by_tier"].get("1", 0.0) / 60
+                by_seed[name]["tier1_p99_queue_min"].append(p99)
     except InvalidInput as e:
         return {"error": str(e)}
+    kpis = {
+        name: {
+            **{k: statistics.fmean(v) for k, v in values.items()},
+            **{f"{k}_by_seed": v for k, v in values.items()},
+        }
+        for name, values in by_seed.items()
+    }
     return {"jobs": len(inputs.jobs), "policies": kpis}
 
 
@@ -125,9 +133,10 @@ def markdown(meta: dict[str, object], rows: list[dict[str, object]]) -> str:
     lines = [
         f"# Trace sweep: {meta['folder']}",
         "",
-        f"Cluster `{meta['cluster']}`, seed {meta['seed']}, policies {', '.join(meta['policies'])}"
-        " (one simulation per trace and policy). A verdict compares Arbiter with the best "
-        "baseline on that trace.",
+        f"Cluster `{meta['cluster']}`, seeds {', '.join(map(str, meta['seeds']))}, policies "
+        f"{', '.join(meta['policies'])} (one simulation per trace, policy and seed; KPIs are "
+        "means over the seeds). A verdict compares Arbiter with the best baseline on that "
+        "trace.",
         "",
     ]
     for kpi, label in (("avg_jct_h", "mean JCT"), ("tier1_p99_queue_min", "tier-1 P99")):
@@ -148,6 +157,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cluster", default=DEFAULT_GAVEL_CLUSTER)
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seeds", type=int, default=1, help="replay under --seed, --seed + 1, ...; KPIs are means"
+    )
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
@@ -155,8 +167,11 @@ def main(argv: list[str] | None = None) -> None:
     try:
         policies = parse_policies(args.policies)
         files = trace_files(args.folder)
+        if args.seeds < 1:
+            raise InvalidInput(f"--seeds must be at least 1, got {args.seeds}")
     except InvalidInput as e:
         parser.error(str(e))
+    seeds = list(range(args.seed, args.seed + args.seeds))
     rows: list[dict[str, object]] = []
     columns = (
         "{task.description}",
@@ -170,8 +185,7 @@ def main(argv: list[str] | None = None) -> None:
     ):
         task = progress.add_task("traces", total=len(files))
         futures = {
-            pool.submit(run_trace, f, args.format, args.cluster, policies, args.seed): f
-            for f in files
+            pool.submit(run_trace, f, args.format, args.cluster, policies, seeds): f for f in files
         }
         for future in as_completed(futures):
             row = {"trace": str(futures[future].relative_to(args.folder)), **future.result()}
@@ -181,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     meta = {
         "folder": str(args.folder),
         "cluster": args.cluster,
-        "seed": args.seed,
+        "seeds": seeds,
         "policies": policies,
     }
     args.out.mkdir(parents=True, exist_ok=True)

@@ -34,12 +34,17 @@ def test_sweep_writes_every_trace_and_policy(tmp_path: Path) -> None:
     shutil.copy(FIXTURES / "gavel_msr_0e4a51_head.trace", folder / "sub" / "b.trace")
     out = tmp_path / "out"
     # 2 GPUs of each type: the 4-GPU jobs of b.trace cannot run there, those of a.trace can.
-    main([str(folder), "--out", str(out), "--workers", "1", "--cluster", "gavel:2:2:2"])
+    argv = [str(folder), "--out", str(out), "--workers", "1", "--cluster", "gavel:2:2:2"]
+    main([*argv, "--seed", "3", "--seeds", "2"])
     data = json.loads((out / "sweep.json").read_text())
+    assert data["seeds"] == [3, 4]
     a, b = data["traces"]
     assert (a["trace"], b["trace"]) == ("a.trace", "sub/b.trace")
     assert set(a["policies"]) == {"fifo", "backfill", "tiresias", "gavel", "arbiter"}
-    assert all(k["avg_jct_h"] > 0 for k in a["policies"].values())
+    for kpis in a["policies"].values():  # the KPI is the mean of the seeds' values
+        runs = kpis["avg_jct_h_by_seed"]
+        assert len(runs) == 2 and min(runs) > 0
+        assert kpis["avg_jct_h"] == pytest.approx(sum(runs) / 2)
     assert "needs 4 GPUs" in b["error"] and "policies" not in b
     report = (out / "sweep.md").read_text()
     assert "| a.trace | 20 |" in report
@@ -50,3 +55,10 @@ def test_sweep_writes_every_trace_and_policy(tmp_path: Path) -> None:
 def test_a_folder_without_traces_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         main([str(tmp_path)])
+
+
+def test_zero_seeds_is_refused(tmp_path: Path) -> None:
+    shutil.copy(FIXTURES / "gavel_small_test.trace", tmp_path / "a.trace")
+    with pytest.raises(SystemExit):
+        main([str(tmp_path), "--seeds", "0", "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
