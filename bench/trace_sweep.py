@@ -23,6 +23,7 @@ import math
 import os
 import statistics
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -35,6 +36,8 @@ from gpu_arbiter.domain import InvalidInput
 from gpu_arbiter.engine.policies import POLICIES
 from gpu_arbiter.sim import SimConfig, simulate
 from gpu_arbiter.sim.faults import ReliabilityConfig
+from gpu_arbiter.sim.report import KPIS as REPORT_KPIS
+from gpu_arbiter.sim.report import Kpi
 
 OUT = Path(__file__).parent / "results" / "trace-sweep"
 SUFFIXES = (".trace", ".csv")
@@ -50,7 +53,26 @@ def trace_files(folder: Path) -> list[Path]:
     return files
 
 
-KPIS = ("avg_jct_h", "tier1_p99_queue_min")
+@dataclass(frozen=True, slots=True)
+class Measure:
+    """A KPI the sweep judges: read as `arbiter bench`'s report reads it (`sim.report.KPIS`),
+    kept under `key` in `unit`s (`per_unit` seconds each), called `label` in the summary."""
+
+    key: str
+    label: str
+    kpi: Kpi
+    per_unit: float
+    unit: str
+
+    def of(self, kpis: dict) -> float:
+        return self.kpi.value(kpis) / self.per_unit
+
+
+_REPORT = {k.label: k for k in REPORT_KPIS}
+MEASURES = (
+    Measure("avg_jct_h", "mean JCT", _REPORT["mean JCT"], 3600.0, "h"),
+    Measure("tier1_p99_queue_min", "tier-1 P99", _REPORT["P99 queueing, tier 1"], 60.0, "min"),
+)
 
 
 def run_trace(
@@ -59,16 +81,15 @@ def run_trace(
     """One trace under every policy and seed (the seed draws the trace's tiers and teams, and
     the failures): {"jobs", "policies": {name: {KPI: mean over the seeds, KPI_by_seed:
     [...]}}} or {"error": why}."""
-    by_seed: dict[str, dict[str, list[float]]] = {p: {k: [] for k in KPIS} for p in policies}
+    by_seed = {p: {m.key: [] for m in MEASURES} for p in policies}
     try:
         for seed in seeds:
             inputs = load_inputs(cluster, trace=path, fmt=fmt, seed=seed)
             for name in policies:
                 config = SimConfig(reliability=ReliabilityConfig(seed=seed))
                 k = simulate(inputs.cluster, inputs.teams, name, inputs.jobs, config).kpis
-                by_seed[name]["avg_jct_h"].append(k["avg_jct_s"] / 3600)
-                p99 = k["p99_queue_delay_s_by_tier"].get("1", 0.0) / 60
-                by_seed[name]["tier1_p99_queue_min"].append(p99)
+                for m in MEASURES:
+                    by_seed[name][m.key].append(m.of(k))
     except InvalidInput as e:
         return {"error": str(e)}
     kpis = {
@@ -105,14 +126,14 @@ def table_rows(rows: list[dict[str, object]]) -> list[list[str]]:
             out.append([str(row["trace"]), "-", str(row["error"]), "", "", ""])
             continue
         cells = [str(row["trace"]), str(row["jobs"])]
-        for kpi, unit in (("avg_jct_h", "h"), ("tier1_p99_queue_min", "min")):
-            j = judge(row, kpi)
+        for m in MEASURES:
+            j = judge(row, m.key)
             if j is None:
                 cells += ["", ""]
                 continue
             v, ours, baseline, best = j
             margin = f" ({(ours / best - 1) * 100:+.1f} %)" if best > 0 else ""
-            cells += [f"{v}{margin}", f"{ours:.3f} {unit} vs {baseline} {best:.3f} {unit}"]
+            cells += [f"{v}{margin}", f"{ours:.3f} {m.unit} vs {baseline} {best:.3f} {m.unit}"]
         out.append(cells)
     return out
 
@@ -120,13 +141,17 @@ def table_rows(rows: list[dict[str, object]]) -> list[list[str]]:
 HEADER = ["trace", "jobs", "mean JCT", "Arbiter vs best baseline", "tier-1 P99", "Arbiter vs best"]
 
 
-def counts(rows: list[dict[str, object]], kpi: str) -> dict[str, int]:
-    tally = {"WIN": 0, "TIE": 0, "LOSS": 0}
-    for row in rows:
-        j = judge(row, kpi)
-        if j is not None:
-            tally[j[0]] += 1
-    return tally
+def summary(rows: list[dict[str, object]]) -> list[str]:
+    """A line per KPI: how many traces Arbiter wins, ties and loses."""
+    lines = []
+    for m in MEASURES:
+        tally = {"WIN": 0, "TIE": 0, "LOSS": 0}
+        for row in rows:
+            j = judge(row, m.key)
+            if j is not None:
+                tally[j[0]] += 1
+        lines.append(f"{m.label}: {tally['WIN']} wins, {tally['TIE']} ties, {tally['LOSS']} losses")
+    return lines
 
 
 def markdown(meta: dict[str, object], rows: list[dict[str, object]]) -> str:
@@ -139,9 +164,7 @@ def markdown(meta: dict[str, object], rows: list[dict[str, object]]) -> str:
         "trace.",
         "",
     ]
-    for kpi, label in (("avg_jct_h", "mean JCT"), ("tier1_p99_queue_min", "tier-1 P99")):
-        c = counts(rows, kpi)
-        lines.append(f"- {label}: {c['WIN']} wins, {c['TIE']} ties, {c['LOSS']} losses")
+    lines += [f"- {line}" for line in summary(rows)]
     errors = sum(1 for r in rows if "error" in r)
     if errors:
         lines.append(f"- {errors} traces could not run on this cluster (reason in the table)")
@@ -205,9 +228,8 @@ def main(argv: list[str] | None = None) -> None:
     for cells in table_rows(rows):
         table.add_row(*cells)
     console.print(table)
-    for kpi, label in (("avg_jct_h", "mean JCT"), ("tier1_p99_queue_min", "tier-1 P99")):
-        c = counts(rows, kpi)
-        console.print(f"{label}: {c['WIN']} wins, {c['TIE']} ties, {c['LOSS']} losses")
+    for line in summary(rows):
+        console.print(line)
     console.print(f"wrote {args.out / 'sweep.json'} and {args.out / 'sweep.md'}")
 
 
