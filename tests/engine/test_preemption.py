@@ -120,6 +120,52 @@ def test_a_team_beyond_its_quota_cannot_take_another_teams_guaranteed_gpus_by_ti
     assert cycle(sched, 10.0) == []
 
 
+def scattered_guarantees(victim_tier: int) -> Scheduler:
+    """16 GPUs: a is guaranteed 2, b and c 5 each, the pool is 4. b and c run one-GPU jobs of
+    `victim_tier`, all within their guarantees, spread so that each node has 3 free GPUs: the
+    6 free GPUs are a's guarantee and the pool by count, yet no node has 4."""
+    teams = [
+        Team("a", quota={"H100": 2}),
+        Team("b", quota={"H100": 5}),
+        Team("c", quota={"H100": 5}),
+    ]
+    sched = Scheduler(one_rack(), teams)
+    owners = {0: "bbbcc", 1: "bbccc"}
+    for node, teams_there in owners.items():
+        for i in range(8):
+            team = teams_there[i] if i < len(teams_there) else "a"
+            sched.submit(job(f"n{node}-{i}-{team}", team=team, tier=victim_tier, duration=1e5), 0.0)
+    cycle(sched, 0.0)
+    for j in [j for j in sched.running if j.endswith("-a")]:
+        sched.finished(j, 1.0)
+    assert [sched.index.free[n] for n in (0, 1)] == [3, 3]
+    assert not any(v.borrowed for v in sched.running.values())
+    return sched
+
+
+def test_tier1_within_its_guarantee_and_the_pool_stops_tier3_of_other_teams_guarantees():
+    """S1 over S2: admission holds a tier-1 job to its guarantee and the pool, so its GPUs
+    exist by count; when they lie scattered it may stop other teams' tier-3 jobs to get a
+    node, and those teams find their guarantee on the GPUs it left free."""
+    sched = scattered_guarantees(victim_tier=3)
+    sched.submit(job("core", team="a", tier=1, gpus=4, tp_size=4, duration=1e5), 2.0)
+    decisions = cycle(sched, 2.0)
+    (victim,) = preempts(decisions).values()  # the cheapest: one GPU, stopped at once
+    assert victim.grace_s == 0 and victim.for_job == "core"
+    assert "core" in starts(decisions) and sched.jobs["core"].borrowed
+    assert victim.job_id in starts(cycle(sched, 3.0))  # back within its guarantee, elsewhere
+    assert not sched.jobs[victim.job_id].borrowed
+
+
+def test_tier1_within_its_guarantee_and_the_pool_gives_tier2_of_other_teams_notice():
+    sched = scattered_guarantees(victim_tier=2)
+    sched.submit(job("core", team="a", tier=1, gpus=4, tp_size=4, duration=1e5), 2.0)
+    decisions = cycle(sched, 2.0)
+    (victim,) = preempts(decisions).values()
+    assert victim.grace_s == 7200.0 and victim.checkpoint and victim.for_job == "core"
+    assert "core" in sched.holds
+
+
 def test_tier1_borrows_only_from_the_unowned_pool():
     # 16 GPUs: a and b are guaranteed 6 each, 4 are nobody's.
     teams = [Team("a", quota={"H100": 6}), Team("b", quota={"H100": 6})]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterator
 from typing import TYPE_CHECKING
 
-from gpu_arbiter.domain import Job
+from gpu_arbiter.domain import Job, Tier
 from gpu_arbiter.domain.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -70,8 +70,10 @@ class Policy:
             and not victim.borrows_at_tier2
         ):
             return True  # tier 1 borrowing at tier 2 goes before tier-2, not tier-1, borrowers
+        # A tier-1 job preempts at tier 1 only within its guarantee and the pool (admission):
+        # that bound is its quota here, so it takes lower tiers of any team (see engine.preemption).
         return job.tier < victim.tier and (
-            within_quota or victim.borrowed or victim.team == job.team
+            within_quota or victim.borrowed or victim.team == job.team or job.tier == Tier.CORE
         )
 
     def victim_tiers(self, job: Job, within_quota: bool) -> tuple[int, ...]:

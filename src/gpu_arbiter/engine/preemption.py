@@ -6,9 +6,17 @@ Rules (Arbiter policy; baselines override `Policy.may_preempt`):
   borrowed capacity, whatever their tier;
 - *priority*: a job may preempt a job of a lower tier (larger number) when it is within its
   quota, or the victim is borrowed, or both belong to the same team — a team beyond its quota
-  cannot take another team's guaranteed GPUs just by having a higher tier. A tier-1 job that
-  borrows at tier 2 (beyond its guarantee and the pool, S2) still goes before tier-2 jobs
-  borrowing from other teams, as a tier-1 job (but not before tier-1 jobs that borrow).
+  cannot take another team's guaranteed GPUs just by having a higher tier. Tier 1 is the
+  exception (S1): a tier-1 job preempts at tier 1 only within its team's guarantee plus what
+  is left of the pool (`Scheduler.admissible`), so the GPUs it needs exist by count and every
+  other team's guarantee still fits in the rest; when they lie scattered over nodes (a gang
+  that must sit on one node) it may stop lower-tier jobs of any team, and their teams find
+  their guarantee on the GPUs it left free, reclaiming from borrowers where need be. Before
+  this, tier-1 8-GPU jobs on Gavel's msr traces waited 15 to 157 hours (P99) for a node
+  whose one-GPU jobs all ran within other teams' guarantees (6c71a0, 7f04ca, seeds 0-4); now
+  1 minute. A tier-1 job that borrows at tier 2 (beyond its guarantee and the pool, S2) is a
+  borrower and takes no guaranteed job, but still goes before tier-2 jobs borrowing from
+  other teams, as a tier-1 job (not before tier-1 jobs that borrow).
 Tier-2 victims get the configured grace and a checkpoint request; tier-3 victims stop at once
 for a tier-1 job and are otherwise asked to save first, within `EngineConfig.notice_stop_s`
 (`Scheduler._grace_of_tier`).
