@@ -57,7 +57,7 @@ from gpu_arbiter.engine.preemption import (
     shared_gpu_option,
     victim_options,
 )
-from gpu_arbiter.engine.sharing import SharedGpus
+from gpu_arbiter.engine.sharing import SharedGpus, shared_gpu
 from gpu_arbiter.engine.spares import HotSpares
 
 _TIERS = (1, 2, 3)
@@ -976,8 +976,9 @@ class Scheduler:
                 return False
         if option.jobs[0].spec.gpu_milli >= MILLI:
             return True
-        ((node, (gpu,)),) = option.part.slots
-        return self.shared.used.get((node, gpu)) == sum(v.spec.gpu_milli for v in option.jobs)
+        return self.shared.used.get(shared_gpu(option.part)) == sum(
+            v.spec.gpu_milli for v in option.jobs
+        )
 
     def _victim_groups(
         self, job: Job, t: str, within: bool, at_once: bool, now: float, ctx: _Cycle
@@ -1044,11 +1045,11 @@ class Scheduler:
         (`_lists_shared_gpus`): while victims given notice save, new fractional jobs could
         land on the GPU."""
         gpus = {
-            v.allocation.slots[0]: None
+            shared_gpu(v.allocation): None
             for v in self.running_by_tier[(t, tier)].values()
             if v.spec.gpu_milli < MILLI
         }
-        options = (self._shared_gpu_option(node, gpu, tier, now) for node, (gpu,) in gpus)
+        options = (self._shared_gpu_option(node, gpu, tier, now) for node, gpu in gpus)
         return [o for o in options if o is not None]
 
     def _shared_gpu_option(self, node: int, gpu: int, tier: int, now: float) -> Option | None:
@@ -1060,7 +1061,7 @@ class Scheduler:
         sharers = []
         for job_id in self.node_jobs[node]:
             v = self.running[job_id]
-            if v.spec.gpu_milli < MILLI and v.allocation.slots[0][1][0] == gpu:
+            if v.spec.gpu_milli < MILLI and shared_gpu(v.allocation) == (node, gpu):
                 if int(v.tier) != tier or v.started_at == now:
                     return None
                 sharers.append(v)
@@ -1097,8 +1098,7 @@ class Scheduler:
                 and group == int(job.tier)
                 and self._lists_shared_gpus(group, notice)
             ):
-                node, (gpu,) = job.allocation.slots[0]
-                shared = self._shared_gpu_option(node, gpu, group, now)
+                shared = self._shared_gpu_option(*shared_gpu(job.allocation), group, now)
                 new = [shared] if shared is not None else []
             for option in new:
                 insort(options, option, key=option_key)

@@ -18,6 +18,12 @@ from gpu_arbiter.domain import MILLI, Allocation
 from gpu_arbiter.engine.capacity import CapacityIndex
 
 
+def shared_gpu(alloc: Allocation) -> tuple[int, int]:
+    """(node, GPU) of a fractional job's allocation: the one GPU it shares."""
+    ((node, (gpu,)),) = alloc.slots
+    return node, gpu
+
+
 class SharedGpus:
     __slots__ = ("index", "used", "watts", "room")
 
