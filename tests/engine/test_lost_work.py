@@ -1,9 +1,10 @@
 """Arbiter weighs the work a preemption throws away against the preemptor's expected wait.
 
 A tier-3 victim of a tier-2 or tier-3 job is asked to save first (it stops within
-`EngineConfig.notice_stop_s` and loses nothing); only where jobs cannot save on notice
-(`notice_stop_s` = 0), and for a tier-1 preemptor (S1: at once), is unsaved work lost and
-weighed."""
+`EngineConfig.notice_stop_s` and loses nothing). A tier-1 preemptor (S1) stops tier-3 jobs at
+once while they lose little (`EngineConfig.tier1_stop_max_unsaved_s`) and otherwise gives them
+the minute a save takes. Only where jobs cannot save on notice (`notice_stop_s` = 0), and for
+the tier-1 job's cheap victims, is unsaved work lost and weighed."""
 
 from gpu_arbiter.domain import Team
 from gpu_arbiter.engine import EngineConfig, Scheduler
@@ -114,8 +115,54 @@ def test_a_tier3_victim_of_a_tier2_job_saves_first_and_loses_nothing():
     assert sched.jobs["x"].progress_s == 3060.0
 
 
-def test_a_tier1_job_still_stops_tier3_at_once():
+def test_a_tier1_job_stops_tier3_at_once_while_it_loses_little():
+    """x has run 400 s on 8 GPUs: 3,200 GPU-seconds unsaved, within the 1 h cap."""
     sched = borrowed_tier3(walltime=None, config=EngineConfig())
+    sched.submit(job("core", team="a", tier=1, gpus=8), 400.0)
+    decisions = cycle(sched, 400.0)
+    assert preempts(decisions)["x"].grace_s == 0.0 and "core" in starts(decisions)
+
+
+def test_a_tier1_job_lets_a_tier3_victim_with_hours_unsaved_save_first():
+    """x has run 1000 s on 8 GPUs: 8,000 GPU-seconds would be thrown away, more than the cap.
+    It gets the minute a save takes (S1: suspended, not killed), core starts once it stopped,
+    and x keeps all its work."""
+    sched = borrowed_tier3(walltime=None, config=EngineConfig())
+    sched.submit(job("core", team="a", tier=1, gpus=8), 1000.0)
+    decisions = cycle(sched, 1000.0)
+    order = preempts(decisions)["x"]
+    assert order.grace_s == 60.0 and order.checkpoint and "core" not in starts(decisions)
+    sched.stopped("x", 1060.0)
+    assert "core" in starts(cycle(sched, 1060.0))
+    assert sched.jobs["x"].progress_s == 1060.0
+
+
+def test_a_tier1_job_takes_the_victim_that_stops_at_once_first():
+    """Two tier-3 victims: old has hours unsaved (it would save for a minute), fresh started
+    a minute ago (it stops at once and loses 480 GPU-seconds). The tier-1 job starts at once
+    on fresh's node; a cap of 0 gives both a save, and the one expected to run longest goes."""
+    teams = [Team("a", quota={"H100": 8}), Team("b")]
+
+    def two_victims(config: EngineConfig) -> Scheduler:
+        sched = Scheduler(
+            cluster({"name": "r0", "nodes": 2, "power_cap_kw": 80.0}), teams, config=config
+        )
+        sched.submit(job("old", team="b", tier=3, gpus=8, duration=1e6, walltime_s=2e6), 0.0)
+        cycle(sched, 0.0)
+        sched.submit(job("fresh", team="b", tier=3, gpus=8, duration=1e6, walltime_s=1e6), 7200.0)
+        cycle(sched, 7200.0)
+        sched.submit(job("core", team="a", tier=1, gpus=8), 7260.0)
+        return sched
+
+    sched = two_victims(EngineConfig())
+    decisions = cycle(sched, 7260.0)
+    assert set(preempts(decisions)) == {"fresh"} and "core" in starts(decisions)
+    saves = two_victims(EngineConfig(tier1_stop_max_unsaved_s=0.0))
+    assert preempts(cycle(saves, 7260.0))["old"].grace_s == 60.0
+
+
+def test_a_tier1_job_stops_tier3_at_once_where_jobs_cannot_save():
+    sched = borrowed_tier3(walltime=None)  # notice_stop_s = 0
     sched.submit(job("core", team="a", tier=1, gpus=8), 1000.0)
     decisions = cycle(sched, 1000.0)
     assert preempts(decisions)["x"].grace_s == 0.0 and "core" in starts(decisions)

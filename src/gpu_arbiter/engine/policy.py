@@ -33,8 +33,9 @@ class Policy:
     # Whether the policy suspends jobs by having them save: round-based schedulers (Tiresias,
     # Gavel) checkpoint a job when its lease ends, by design, so it keeps all its progress; the
     # save takes its time (`EngineConfig.notice_stop_s`, as for Arbiter's victims given notice),
-    # and the job holds its GPUs until it has saved. Arbiter stops a tier-3 job at once for a
-    # tier-1 job, and it keeps only what its last periodic checkpoint saved.
+    # and the job holds its GPUs until it has saved. Arbiter stops a tier-3 job with little
+    # unsaved work at once for a tier-1 job, and it keeps only what its last periodic
+    # checkpoint saved (one with more saves first, `Scheduler._save_over`).
     suspend_saves = False
     # Whether a preemption that would throw away uncheckpointed work is weighed against the
     # preemptor's expected wait (see `Scheduler._worth_the_lost_work`); baselines preempt

@@ -17,9 +17,10 @@ Rules (Arbiter policy; baselines override `Policy.may_preempt`):
   1 minute. A tier-1 job that borrows at tier 2 (beyond its guarantee and the pool, S2) is a
   borrower and takes no guaranteed job, but still goes before tier-2 jobs borrowing from
   other teams, as a tier-1 job (not before tier-1 jobs that borrow).
-Tier-2 victims get the configured grace and a checkpoint request; tier-3 victims stop at once
-for a tier-1 job and are otherwise asked to save first, within `EngineConfig.notice_stop_s`
-(`Scheduler._grace_of_tier`).
+Tier-2 victims get the configured grace and a checkpoint request; tier-3 victims are asked to
+save first, within `EngineConfig.notice_stop_s`, except that a tier-1 job stops them at once
+(S1) while that throws away at most `EngineConfig.tier1_stop_max_unsaved_s` of work
+(`Scheduler._grace`); those that stop at once rank before those that save.
 
 Victims are chosen cheapest first: elastic jobs that can shrink, then tier 3 before tier 2;
 among victims given notice, the one expected to end soonest by its walltime estimate (one that
@@ -79,6 +80,7 @@ class Option:
     kept: Allocation | None  # what a shrunk job keeps; None: the jobs stop
     part: Allocation  # the GPUs it frees
     watts: float  # the power booked for each GPU of `part`
+    at_once: bool  # it frees the GPUs at once: a shrink, or jobs stopped without notice
     made_with: tuple[tuple[Allocation | None, bool], ...]  # each job's allocation and flag then
 
     def current(self) -> bool:
@@ -95,28 +97,34 @@ def victim_options(
     now: float,
     watts: Callable[[Job], float],
     by_estimates: bool = True,
+    save_over: tuple[float, float] | None = None,
 ) -> list[Option]:
     """The running jobs in `jobs` as victim options, cheapest first (see the module doc): shrunk
     to their minimum when `shrink` (jobs that cannot shrink are left out), else stopped, each
     expected to keep running for at most `notice` seconds after its notice (0: at once).
     `watts`: a job's power per GPU. Without `by_estimates` (a policy that does not read
-    walltime estimates), victims are ranked by tier and work lost alone."""
+    walltime estimates), victims are ranked by tier and work lost alone. `save_over`:
+    (cap, save_s): where `notice` is 0, a job that would lose more than `cap` of unsaved work
+    (reference seconds x GPUs) is given `save_s` to save instead, and ranks after those that
+    stop at once."""
     options = []
     for v in jobs:
         alloc = v.allocation
         kept = shrunk_allocation(v) if shrink else None
         if shrink and kept is None:
             continue
-        wait = notice_wait(v, notice, now) if by_estimates else notice
+        unsaved = v.unsaved_at(now) * alloc.gpus
+        given = notice
+        if save_over is not None and notice == 0 and kept is None and unsaved > save_over[0]:
+            given = save_over[1]
+        wait = notice_wait(v, given, now) if by_estimates else given
         # Given notice, a victim saves and loses nothing: the one expected to run longest goes
         # first (no estimate: as long as can be).
-        if notice > 0 and by_estimates:
-            cost = now - v.expected_end_at
-        else:
-            cost = v.unsaved_at(now) * alloc.gpus
+        cost = now - v.expected_end_at if given > 0 and by_estimates else unsaved
         key = (-int(v.tier), wait, cost, not v.borrowed, -(v.started_at or 0.0), v.seq)
         part = alloc if kept is None else _difference(alloc, kept)
-        options.append(Option(key, (v,), kept, part, watts(v), ((alloc, v.borrowed),)))
+        made_with = ((alloc, v.borrowed),)
+        options.append(Option(key, (v,), kept, part, watts(v), given == 0, made_with))
     options.sort(key=option_key)
     return options
 
@@ -137,7 +145,7 @@ def shared_gpu_option(
     tier = int(sharers[0].tier)
     key = (-tier, 0.0, cost, not borrowed, -youngest, min(v.seq for v in sharers))
     made_with = tuple((v.allocation, v.borrowed) for v in sharers)
-    return Option(key, sharers, None, sharers[0].allocation, watts, made_with)
+    return Option(key, sharers, None, sharers[0].allocation, watts, True, made_with)
 
 
 def notice_wait(victim: Job, notice: float, now: float) -> float:
