@@ -103,24 +103,23 @@ def victim_options(
     to their minimum when `shrink` (jobs that cannot shrink are left out), else stopped, each
     expected to keep running for at most `notice` seconds after its notice (0: at once).
     `watts`: a job's power per GPU. Without `by_estimates` (a policy that does not read
-    walltime estimates), victims are ranked by tier and work lost alone. `save_over`:
-    (cap, save_s): where `notice` is 0, a job that would lose more than `cap` of unsaved work
-    (reference seconds x GPUs) is given `save_s` to save instead, and ranks after those that
-    stop at once."""
+    walltime estimates), victims are ranked by tier and work lost alone. `save_over`: jobs
+    with much unsaved work save first instead of stopping at once (`notice_given`), and rank
+    after those that stop at once."""
     options = []
     for v in jobs:
         alloc = v.allocation
         kept = shrunk_allocation(v) if shrink else None
         if shrink and kept is None:
             continue
-        unsaved = v.unsaved_at(now) * alloc.gpus
-        given = notice
-        if save_over is not None and notice == 0 and kept is None and unsaved > save_over[0]:
-            given = save_over[1]
+        given = notice if kept is not None else notice_given(v, notice, now, save_over)
         wait = notice_wait(v, given, now) if by_estimates else given
         # Given notice, a victim saves and loses nothing: the one expected to run longest goes
         # first (no estimate: as long as can be).
-        cost = now - v.expected_end_at if given > 0 and by_estimates else unsaved
+        if given > 0 and by_estimates:
+            cost = now - v.expected_end_at
+        else:
+            cost = v.unsaved_at(now) * alloc.gpus
         key = (-int(v.tier), wait, cost, not v.borrowed, -(v.started_at or 0.0), v.seq)
         part = alloc if kept is None else _difference(alloc, kept)
         made_with = ((alloc, v.borrowed),)
@@ -146,6 +145,18 @@ def shared_gpu_option(
     key = (-tier, 0.0, cost, not borrowed, -youngest, min(v.seq for v in sharers))
     made_with = tuple((v.allocation, v.borrowed) for v in sharers)
     return Option(key, sharers, None, sharers[0].allocation, watts, True, made_with)
+
+
+def notice_given(
+    victim: Job, notice: float, now: float, save_over: tuple[float, float] | None
+) -> float:
+    """The notice a victim that would be given `notice` gets: where that is 0 (a stop at
+    once) and `save_over` = (cap, save_s), `save_s` to save first if the stop would throw away
+    more than `cap` of unsaved work (reference seconds x GPUs)."""
+    if notice == 0 and save_over is not None:
+        if victim.unsaved_at(now) * victim.gpus_held > save_over[0]:
+            return save_over[1]
+    return notice
 
 
 def notice_wait(victim: Job, notice: float, now: float) -> float:

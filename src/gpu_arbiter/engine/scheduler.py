@@ -51,6 +51,7 @@ from gpu_arbiter.engine.policy import Policy, get_policy
 from gpu_arbiter.engine.preemption import (
     Option,
     PreemptionPlan,
+    notice_given,
     notice_wait,
     option_key,
     plan_preemption,
@@ -1282,11 +1283,10 @@ class Scheduler:
     def _grace(self, victim: Job, job: Job) -> float:
         """The notice `job` gives `victim` (`_grace_of_tier`), or the time a save takes where
         stopping it at once would throw away too much (`_save_over`)."""
-        save_over = self._save_over(victim.tier, job)
-        if save_over is not None and victim.spec.gpu_milli >= MILLI:
-            if victim.unsaved_at(self._ctx.now) * victim.gpus_held > save_over[0]:
-                return save_over[1]
-        return self._grace_of_tier(victim.tier, job)
+        grace = self._grace_of_tier(victim.tier, job)
+        if victim.spec.gpu_milli < MILLI:
+            return grace  # sharers stop at once together, or not at all (`_shared_gpu_option`)
+        return notice_given(victim, grace, self._ctx.now, self._save_over(victim.tier, job))
 
     def _save_over(self, tier: int, job: Job) -> tuple[float, float] | None:
         """(cap, save_s) where `job` stops victims of `tier` at once but gives one whose stop
