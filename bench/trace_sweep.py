@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -37,11 +36,10 @@ from gpu_arbiter.engine.policies import POLICIES
 from gpu_arbiter.sim import SimConfig, simulate
 from gpu_arbiter.sim.faults import ReliabilityConfig
 from gpu_arbiter.sim.report import KPIS as REPORT_KPIS
-from gpu_arbiter.sim.report import Kpi
+from gpu_arbiter.sim.report import Kpi, ties
 
 OUT = Path(__file__).parent / "results" / "trace-sweep"
 SUFFIXES = (".trace", ".csv")
-TIE_SHARE = 1e-6  # KPIs this close (relative) are a tie
 
 
 def trace_files(folder: Path) -> list[Path]:
@@ -103,7 +101,7 @@ def run_trace(
 
 
 def verdict(ours: float, best: float) -> str:
-    if math.isclose(ours, best, rel_tol=TIE_SHARE, abs_tol=1e-9):
+    if ties(ours, best):
         return "TIE"
     return "WIN" if ours < best else "LOSS"
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.trace_sweep import judge, main, verdict
+from gpu_arbiter.sim.report import KPIS, best_policies
 
 FIXTURES = Path(__file__).parent / "fixtures" / "traces"
 
@@ -25,6 +26,16 @@ def test_verdicts_compare_with_the_best_baseline() -> None:
     assert judge(row, "tier1_p99_queue_min") == ("TIE", 0.0, "fifo", 0.0)
     assert verdict(1.0, 2.0) == "WIN"
     assert judge({"error": "too big"}, "avg_jct_h") is None
+
+
+def test_the_sweep_and_the_bench_report_call_the_same_near_equal_values_a_tie() -> None:
+    """Means over seeds differ in the last bits; the sweep's verdict and the report's best
+    column must not disagree on who won."""
+    kpis = {"gavel": {"avg_jct_s": 36000.0}, "arbiter": {"avg_jct_s": 36000.0 * (1 + 1e-8)}}
+    mean_jct = next(k for k in KPIS if k.label == "mean JCT")
+    assert best_policies(mean_jct, kpis) == ["gavel", "arbiter"]
+    assert verdict(10.0 * (1 + 1e-8), 10.0) == "TIE"
+    assert verdict(10.0 * (1 + 1e-4), 10.0) == "LOSS"
 
 
 def test_sweep_writes_every_trace_and_policy(tmp_path: Path) -> None:

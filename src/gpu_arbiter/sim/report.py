@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,9 +110,16 @@ def best_policies(kpi: Kpi, kpis: Mapping[str, dict]) -> list[str]:
     return _best({name: kpi.value(k) for name, k in kpis.items()}, kpi.lower_is_better)
 
 
+def ties(a: float, b: float) -> bool:
+    """Whether two values of a KPI tie: equal to a millionth, so that the floating-point noise
+    of sums and means over seeds does not make a winner (`arbiter bench` and the trace sweep
+    judge alike)."""
+    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
+
+
 def _best(values: Mapping[str, float], lower_is_better: bool) -> list[str]:
     best = min(values.values()) if lower_is_better else max(values.values())
-    return [name for name, v in values.items() if abs(v - best) <= 1e-9 * max(1.0, abs(best))]
+    return [name for name, v in values.items() if ties(v, best)]
 
 
 Runs = Mapping[int, Mapping[str, SimResult]]  # seed -> policy -> result
