@@ -72,6 +72,23 @@ def test_a_preempted_tier3_job_loses_the_work_since_its_checkpoint_and_finishes_
     assert result.kpis["tier1_preempted"] == 0
 
 
+def test_a_tier3_job_with_an_hour_unsaved_saves_for_a_tier1_job_and_loses_nothing():
+    """x has no periodic checkpoints; at 3600 s a stop would throw away 8 GPU-hours, over the
+    1 h cap (`EngineConfig.tier1_stop_max_unsaved_s`). It saves in the minute that takes:
+    core waits 60 s and runs 3660-3760; x restores for 60 s from 3760 and does its last
+    6340 s of work, done at 10,160 s."""
+    specs = [
+        job("x", team="b", gpus=8, duration=10_000.0),
+        job("core", tier=1, gpus=8, duration=100.0, submit_s=3600.0),
+    ]
+    result = simulate(one_node(), [], "arbiter", specs, QUIET)
+    by_id = {r.id: r for r in result.records}
+    assert by_id["core"].queue_delay_s == 60.0
+    assert by_id["x"].lost_gpu_s == 0.0
+    assert by_id["x"].finished_at == pytest.approx(10_160.0)
+    assert result.kpis["tier1_preempted"] == 0
+
+
 def test_a_victim_stopped_at_once_restarts_on_another_free_type_without_waiting_for_an_event():
     """core (tier 1, H100s only) stops x at once at 400 s. The A100s are free, so x restarts
     there in a cycle right after, not when core ends at 10,400 s (the next event): it restores
