@@ -1313,12 +1313,12 @@ class Scheduler:
 
     def _grace_of_tier(self, tier: int, job: Job) -> float:
         """The notice a victim of `tier` gets from `job`: tier 2 the grace (S1); tier 3 stops at
-        once for a tier-1 job (S1: within the cycle; see `_grace` for those that save first)
-        and otherwise is asked to save first, with
-        the minute that takes as its deadline (`notice_stop_s`; the unsaved work it would lose
-        is worth more than the preemptor's minute); an inference surge cannot wait (S9). A
-        policy that ignores tiers stops everyone at once, or, if it suspends by saving
-        (`Policy.suspend_saves`), gives them the time a save takes."""
+        once for a tier-1 job (S1: within the cycle; `_grace` says which save first) and
+        otherwise is asked to save first, with the minute that takes as its deadline
+        (`notice_stop_s`; the unsaved work it would lose is worth more than the preemptor's
+        minute); an inference surge cannot wait (S9). A policy that ignores tiers stops
+        everyone at once, or, if it suspends by saving (`Policy.suspend_saves`), gives them the
+        time a save takes."""
         if job.spec.kind == JobKind.INFERENCE:
             return 0.0
         if not self.policy.tiers:
