@@ -76,6 +76,26 @@ def test_no_plan_is_made_while_no_pending_job_fits_the_free_gpus_of_a_type():
     assert set(starts(cycle(sched, 0.0))) == {"a", "b"}  # 2 GPUs of each type left free
     sched.submit(job("c", gpus=4, gpu_types={"H100": 1.0, "V100": 0.5}), 1.0)
     cycle(sched, 1.0)
-    assert policy.plan == {} and policy._planned_from != (sched.queue, sched.queue.version)
+    assert policy.plan == {} and policy._planned_from[:2] != (sched.queue, sched.queue.version)
     sched.finished("a", 2.0)
     assert set(starts(cycle(sched, 2.0))) == {"c"} and policy.plan == {"c": "H100"}
+
+
+def test_the_fast_type_goes_to_the_job_that_gains_most_over_the_type_it_would_get_instead():
+    """The H100 and the A100 node are free, the V100 one too. x runs 1.33x faster on the H100
+    than on the A100 (10x faster than on the V100), y 2.2x (5x). Against the A100, where the
+    one left without the H100 goes, y gains more: it gets the H100. (Fastest over slowest
+    gave it to x, and y ran at 0.45 instead of x at 0.75.)"""
+    c = cluster(
+        {"name": "h", "nodes": 1, "gpu_type": "H100"},
+        {"name": "a", "nodes": 1, "gpu_type": "A100"},
+        {"name": "v", "nodes": 1, "gpu_type": "V100"},
+    )
+    policy = ArbiterPolicy()
+    sched = Scheduler(c, policy=policy)
+    sched.submit(job("x", gpus=8, gpu_types={"H100": 1.0, "A100": 0.75, "V100": 0.1}), 0.0)
+    sched.submit(job("y", gpus=8, gpu_types={"H100": 1.0, "A100": 0.45, "V100": 0.2}), 0.0)
+    cycle(sched, 0.0)
+    assert policy.plan == {"y": "H100", "x": "A100"}
+    assert sched.jobs["y"].allocation.gpu_type == "H100"
+    assert sched.jobs["x"].allocation.gpu_type == "A100"
