@@ -112,7 +112,7 @@ def victim_options(
         kept = shrunk_allocation(v) if shrink else None
         if shrink and kept is None:
             continue
-        given = notice if kept is not None else notice_given(v, notice, now, save_over)
+        given = notice_given(v, notice, now, save_over)
         wait = notice_wait(v, given, now) if by_estimates else given
         # Given notice, a victim saves and loses nothing: the one expected to run longest goes
         # first (no estimate: as long as can be).
