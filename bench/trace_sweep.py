@@ -2,7 +2,8 @@
 
     python -m bench.trace_sweep DIR [--format gavel] [--cluster gavel:36:36:36]
                                     [--policies arbiter,fifo,...] [--seed 0] [--seeds 1]
-                                    [--workers N] [--out bench/results/trace-sweep]
+                                    [--arrival-scale 1] [--workers N]
+                                    [--out bench/results/trace-sweep]
 
 `arbiter bench` compares policies on one trace in depth; this asks the wider question of issue
 3 — does Arbiter beat every baseline on mean JCT and on tier-1 P99 queueing delay — on every
@@ -12,13 +13,16 @@ the seed draws the tiers and teams a trace lacks). It writes `OUT/sweep.json` (e
 KPIs per policy, or why it could not run) and `OUT/sweep.md` (the verdicts: WIN, TIE or LOSS
 against the best baseline on each KPI, with the margin), and prints the same table. Traces
 run in parallel (`--workers`, default the CPU count); the Gavel `msr` folder (70 traces that
-fit the 108-GPU cluster) takes about 15 min per seed on 2 cores.
+fit the 108-GPU cluster) takes about 15 min per seed on 2 cores. The Alibaba v2023 pod lists
+run as `arbiter bench` runs them (`--format alibaba-v2023 --cluster alibaba-v2023@0.02
+--arrival-scale 0.16`); the node lists beside them are no pod lists and are reported as such.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -30,7 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table
 
 from gpu_arbiter.cli.bench import DEFAULT_GAVEL_CLUSTER, parse_policies
-from gpu_arbiter.cli.inputs import load_inputs
+from gpu_arbiter.cli.inputs import ARRIVAL_SCALE_HELP, load_inputs
 from gpu_arbiter.domain import InvalidInput
 from gpu_arbiter.engine.policies import POLICIES
 from gpu_arbiter.sim import SimConfig, simulate
@@ -74,7 +78,12 @@ MEASURES = (
 
 
 def run_trace(
-    path: Path, fmt: str, cluster: str, policies: list[str], seeds: list[int]
+    path: Path,
+    fmt: str,
+    cluster: str,
+    policies: list[str],
+    seeds: list[int],
+    arrival_scale: float = 1.0,
 ) -> dict[str, object]:
     """One trace under every policy and seed (the seed draws the trace's tiers and teams, and
     the failures): {"jobs", "policies": {name: {KPI: mean over the seeds, KPI_by_seed:
@@ -82,7 +91,9 @@ def run_trace(
     by_seed = {p: {m.key: [] for m in MEASURES} for p in policies}
     try:
         for seed in seeds:
-            inputs = load_inputs(cluster, trace=path, fmt=fmt, seed=seed)
+            inputs = load_inputs(
+                cluster, trace=path, fmt=fmt, seed=seed, arrival_scale=arrival_scale
+            )
             for name in policies:
                 config = SimConfig(reliability=ReliabilityConfig(seed=seed))
                 k = simulate(inputs.cluster, inputs.teams, name, inputs.jobs, config).kpis
@@ -156,7 +167,8 @@ def markdown(meta: dict[str, object], rows: list[dict[str, object]]) -> str:
     lines = [
         f"# Trace sweep: {meta['folder']}",
         "",
-        f"Cluster `{meta['cluster']}`, seeds {', '.join(map(str, meta['seeds']))}, policies "
+        f"Cluster `{meta['cluster']}`, arrivals x{meta['arrival_scale']:g}, seeds "
+        f"{', '.join(map(str, meta['seeds']))}, policies "
         f"{', '.join(meta['policies'])} (one simulation per trace, policy and seed; KPIs are "
         "means over the seeds). A verdict compares Arbiter with the best baseline on that "
         "trace.",
@@ -181,6 +193,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--seeds", type=int, default=1, help="replay under --seed, --seed + 1, ...; KPIs are means"
     )
+    parser.add_argument("--arrival-scale", type=float, default=1.0, help=ARRIVAL_SCALE_HELP)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
@@ -190,6 +203,8 @@ def main(argv: list[str] | None = None) -> None:
         files = trace_files(args.folder)
         if args.seeds < 1:
             raise InvalidInput(f"--seeds must be at least 1, got {args.seeds}")
+        if not (args.arrival_scale > 0 and math.isfinite(args.arrival_scale)):
+            raise InvalidInput(f"--arrival-scale must be > 0, got {args.arrival_scale}")
     except InvalidInput as e:
         parser.error(str(e))
     seeds = list(range(args.seed, args.seed + args.seeds))
@@ -206,7 +221,10 @@ def main(argv: list[str] | None = None) -> None:
     ):
         task = progress.add_task("traces", total=len(files))
         futures = {
-            pool.submit(run_trace, f, args.format, args.cluster, policies, seeds): f for f in files
+            pool.submit(
+                run_trace, f, args.format, args.cluster, policies, seeds, args.arrival_scale
+            ): f
+            for f in files
         }
         for future in as_completed(futures):
             row = {"trace": str(futures[future].relative_to(args.folder)), **future.result()}
@@ -216,6 +234,7 @@ def main(argv: list[str] | None = None) -> None:
     meta = {
         "folder": str(args.folder),
         "cluster": args.cluster,
+        "arrival_scale": args.arrival_scale,
         "seeds": seeds,
         "policies": policies,
     }

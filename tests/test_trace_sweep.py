@@ -73,3 +73,26 @@ def test_zero_seeds_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         main([str(tmp_path), "--seeds", "0", "--out", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()
+
+
+def test_arrival_scale_replays_the_traces_at_a_higher_load(tmp_path: Path) -> None:
+    """As `arbiter bench --arrival-scale`: 0.01 brings arrivals 100x closer, so jobs queue."""
+    shutil.copy(FIXTURES / "gavel_msr_0e4a51_head.trace", tmp_path / "a.trace")
+    jct = {}
+    for scale in ("1", "0.01"):
+        out = tmp_path / f"out-{scale}"
+        argv = [str(tmp_path), "--out", str(out), "--workers", "1", "--cluster", "gavel:4:4:4"]
+        main([*argv, "--policies", "fifo,arbiter", "--arrival-scale", scale])
+        data = json.loads((out / "sweep.json").read_text())
+        assert data["arrival_scale"] == float(scale)
+        assert f"arrivals x{scale}" in (out / "sweep.md").read_text()
+        jct[scale] = data["traces"][0]["policies"]["fifo"]["avg_jct_h"]
+    assert jct["0.01"] > jct["1"]
+
+
+@pytest.mark.parametrize("scale", ["0", "-1", "nan"])
+def test_a_bad_arrival_scale_is_refused(tmp_path: Path, scale: str) -> None:
+    shutil.copy(FIXTURES / "gavel_small_test.trace", tmp_path / "a.trace")
+    with pytest.raises(SystemExit):
+        main([str(tmp_path), "--arrival-scale", scale, "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
