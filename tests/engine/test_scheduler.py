@@ -121,6 +121,39 @@ def test_a_flexible_job_takes_the_slower_type_when_pinned_jobs_want_the_fast_one
     assert starts(cycle(sched, 1.0))["flex"].allocation.gpu_type == "A100"
 
 
+def three_types(a100_gpus: int, h200_gpus: int):
+    return cluster(
+        {"name": "fast", "nodes": 1, "gpu_type": "H100"},
+        {"name": "a", "nodes": 1, "gpu_type": "A100", "gpus_per_node": a100_gpus},
+        {"name": "h", "nodes": 1, "gpu_type": "H200", "gpus_per_node": h200_gpus},
+    )
+
+
+FLEX_SPEEDS = {"H100": 1.0, "A100": 0.9, "H200": 0.9}  # A100 and H200 equally fast for it
+
+
+def test_a_flexible_job_kept_off_the_fast_type_takes_the_roomiest_equally_fast_one():
+    """Not the first by name: a small type filled by flexible jobs is lost to the jobs that
+    can run nowhere else (Alibaba's gpuspec pod lists)."""
+    sched = Scheduler(three_types(a100_gpus=2, h200_gpus=8))
+    sched.submit(job("busy", gpus=6, duration=1e5, gpu_types={"H100": 1.0}), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("pinned", gpus=4, gpu_types={"H100": 1.0}), 1.0)
+    sched.submit(job("flex", gpus=2, gpu_types=FLEX_SPEEDS), 1.0)
+    assert starts(cycle(sched, 1.0))["flex"].allocation.gpu_type == "H200"
+
+
+def test_a_flexible_job_kept_off_the_fast_type_leaves_a_type_pinned_jobs_want_too():
+    sched = Scheduler(three_types(a100_gpus=8, h200_gpus=2))
+    sched.submit(job("busy", gpus=6, duration=1e5, gpu_types={"H100": 1.0}), 0.0)
+    sched.submit(job("busy-a", gpus=4, duration=1e5, gpu_types={"A100": 1.0}), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("pinned", gpus=4, gpu_types={"H100": 1.0}), 1.0)
+    sched.submit(job("pinned-a", gpus=6, gpu_types={"A100": 1.0}), 1.0)
+    sched.submit(job("flex", gpus=2, gpu_types=FLEX_SPEEDS), 1.0)
+    assert starts(cycle(sched, 1.0))["flex"].allocation.gpu_type == "H200"
+
+
 def test_a_flexible_job_takes_the_fast_type_when_nobody_needs_it():
     sched = Scheduler(mixed())
     sched.submit(job("flex", gpus=2, gpu_types={"H100": 1.0, "A100": 0.87}), 0.0)
