@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test bench bench-traces lint clean
+.PHONY: setup demo test bench bench-traces bench-alibaba lint clean
 
 $(BIN)/arbiter: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -28,6 +28,12 @@ bench: setup
 GAVEL_MSR ?= ../shared/traces/gavel/traces/msr
 bench-traces: setup
 	$(BIN)/python -m bench.trace_sweep $(GAVEL_MSR)
+
+# Every Alibaba v2023 pod list at `arbiter bench`'s setting for it (~10 min on 2 cores).
+ALIBABA_CSV ?= ../shared/traces/alibaba-gpu-v2023/csv
+bench-alibaba: setup
+	$(BIN)/python -m bench.trace_sweep $(ALIBABA_CSV) --format alibaba-v2023 \
+		--cluster alibaba-v2023@0.02 --arrival-scale 0.16 --out bench/results/alibaba-sweep
 
 lint: setup
 	$(BIN)/ruff check src tests bench
