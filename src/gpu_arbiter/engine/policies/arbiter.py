@@ -13,7 +13,8 @@ A job blocked although enough GPUs are free by count (it needs whole nodes, and 
 are scattered) holds none back: an 8-GPU tier-1 pod on Alibaba's G2 held every G2 GPU from the
 1-GPU tier-1 pods behind it for up to 38 h while it waited for a node to drain
 (`Policy.reserve_fragmented`).
-Flexible jobs move to a slower GPU type when the fast one is wanted by jobs pinned to it (S7).
+Flexible jobs start on a slower GPU type when the fast one is wanted by jobs pinned to it (S7):
+the roomiest fast-enough one that pinned jobs do not want too.
 
 When pending jobs accept several GPU types and want more of the fast ones than are free, who
 gets the fast GPUs is decided by comparative advantage (as in Gavel): each cycle the pending
