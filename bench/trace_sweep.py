@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -34,7 +33,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table
 
 from gpu_arbiter.cli.bench import DEFAULT_GAVEL_CLUSTER, parse_policies
-from gpu_arbiter.cli.inputs import ARRIVAL_SCALE_HELP, load_inputs
+from gpu_arbiter.cli.inputs import ARRIVAL_SCALE_HELP, check_arrival_scale, load_inputs
 from gpu_arbiter.domain import InvalidInput
 from gpu_arbiter.engine.policies import POLICIES
 from gpu_arbiter.sim import SimConfig, simulate
@@ -203,8 +202,7 @@ def main(argv: list[str] | None = None) -> None:
         files = trace_files(args.folder)
         if args.seeds < 1:
             raise InvalidInput(f"--seeds must be at least 1, got {args.seeds}")
-        if not (args.arrival_scale > 0 and math.isfinite(args.arrival_scale)):
-            raise InvalidInput(f"--arrival-scale must be > 0, got {args.arrival_scale}")
+        check_arrival_scale(args.arrival_scale)
     except InvalidInput as e:
         parser.error(str(e))
     seeds = list(range(args.seed, args.seed + args.seeds))

@@ -98,12 +98,17 @@ ARRIVAL_SCALE_HELP = (
 )
 
 
+def check_arrival_scale(factor: float) -> None:
+    """Refuse an `--arrival-scale` that is not a finite number above 0."""
+    if not (factor > 0 and math.isfinite(factor)):
+        raise InvalidInput(f"--arrival-scale must be > 0, got {factor}")
+
+
 def scale_arrivals(jobs: list[JobSpec], factor: float) -> list[JobSpec]:
     """Compress (factor < 1) or stretch the gaps between arrivals, keeping every job's work
     and walltime: the way to replay a lightly loaded trace at a realistic load. Unlike
     `TraceOptions.time_scale`, which scales durations too and so leaves the load unchanged."""
-    if not (factor > 0 and math.isfinite(factor)):
-        raise InvalidInput(f"--arrival-scale must be > 0, got {factor}")
+    check_arrival_scale(factor)
     if factor == 1.0:
         return jobs
     return [dataclasses.replace(j, submit_s=j.submit_s * factor) for j in jobs]
