@@ -83,6 +83,22 @@ def test_report_has_a_row_per_kpi_a_column_per_policy_and_links_the_plots(result
         assert f"]({file})" in text
 
 
+def test_report_shows_each_tiers_mean_jct_from_that_tiers_finished_jobs(results, source):
+    text = report_markdown(source, results)
+    by_label = {k.label: k for k in KPIS}
+    for name, r in results.items():
+        for tier in (1, 2, 3):
+            jcts = [x.jct_s for x in r.records if x.tier == tier and x.completed]
+            assert jcts, f"the workload should have finished tier-{tier} jobs under {name}"
+            kpi = by_label[f"mean JCT, tier {tier}"]
+            assert kpi.value(r.kpis) == pytest.approx(sum(jcts) / len(jcts))
+    row = next(line for line in text.splitlines() if line.startswith("| mean JCT, tier 3 |"))
+    kpi = by_label["mean JCT, tier 3"]
+    assert row.split(" | ")[1 : 1 + len(results)] == [
+        kpi.show(kpi.value(r.kpis)) for r in results.values()
+    ]
+
+
 def test_best_policy_lists_every_tie_and_respects_direction():
     kpis = {
         "a": {"avg_jct_s": 5.0, "goodput": 0.5},

@@ -83,10 +83,17 @@ def _tier(key: str, tier: str) -> Callable[[dict], float]:
     return lambda k: k[key][tier]
 
 
+def _tier_mean_jct(tier: str) -> Callable[[dict], float]:
+    return lambda k: k["jct_by_tier"][tier]["mean_jct_s"]
+
+
 KPIS: tuple[Kpi, ...] = (
     Kpi("mean JCT", lambda k: k["avg_jct_s"], _dur),
     Kpi("P50 JCT", lambda k: k["p50_jct_s"], _dur),
     Kpi("P99 JCT", lambda k: k["p99_jct_s"], _dur),
+    # What the tiers buy: a policy that honours them may lose mean JCT to one that does not
+    # (tier 3 waits for tiers 1 and 2) while finishing tiers 1 and 2 sooner.
+    *(Kpi(f"mean JCT, tier {t}", _tier_mean_jct(t), _dur) for t in ("1", "2", "3")),
     *(
         Kpi(f"P99 queueing, tier {t}", _tier("p99_queue_delay_s_by_tier", t), _dur)
         for t in ("1", "2", "3")
