@@ -56,8 +56,12 @@ def test_sweep_writes_every_trace_and_policy(tmp_path: Path) -> None:
         runs = kpis["avg_jct_h_by_seed"]
         assert len(runs) == 2 and min(runs) > 0
         assert kpis["avg_jct_h"] == pytest.approx(sum(runs) / 2)
+        assert len(kpis["tier1_mean_jct_h_by_seed"]) == 2
     assert "needs 4 GPUs" in b["error"] and "policies" not in b
     report = (out / "sweep.md").read_text()
+    table = [line for line in report.splitlines() if line.startswith("|")]
+    assert "| tier-1 mean JCT | Arbiter vs best |" in table[0]
+    assert {line.count("|") for line in table} == {table[0].count("|")}  # errors fill every cell
     assert "| a.trace | 20 |" in report
     assert "| sub/b.trace | - | job" in report
     assert "- 1 traces could not run on this cluster" in report
