@@ -252,6 +252,31 @@ def test_a_tier1_job_larger_than_its_quota_plus_the_pool_queues_at_tier1_and_run
     assert huge.tier == Tier.BUSINESS and huge.borrowed and huge.borrows_at_tier2
 
 
+def test_a_tier1_job_the_pool_cannot_hold_now_borrows_at_tier2_rather_than_wait():
+    """Another team's tier-1 job holds most of the pool, and no GPU is free: a tier-1 job
+    beyond its guarantee stops tier-3 borrowers as a tier-2 job of its team would, rather than
+    wait for the pool (msr ee9e8c: a 2-min tier-1 job waited 8 h while tier-3 jobs ran)."""
+    # 24 GPUs: a, b and d are guaranteed 4, 4 and 8; the pool is 8.
+    teams = [
+        Team("a", quota={"H100": 4}),
+        Team("b", quota={"H100": 4}),
+        Team("d", quota={"H100": 8}),
+    ]
+    sched = Scheduler(one_rack(nodes=3, cap_kw=100.0), [*teams, Team("c")])
+    sched.submit(job("b-core", team="b", tier=1, gpus=8, duration=1e5), 0.0)  # 4 of the pool
+    for name in ("x1", "x2"):
+        sched.submit(job(name, team="c", tier=3, gpus=8, duration=1e5), 0.0)
+    assert set(starts(cycle(sched, 0.0))) == {"b-core", "x1", "x2"}
+    core = sched.submit(job("core", team="a", tier=1, gpus=10, duration=1e5), 1.0)  # 4 + 6
+    order = preempts(cycle(sched, 1.0))
+    assert set(order) == {"x1", "x2"} and all(p.for_job == "core" for p in order.values())
+    assert sched.jobs["b-core"].state.value == "running"
+    sched.stopped("x1", 61.0)
+    sched.stopped("x2", 61.0)
+    assert "core" in starts(cycle(sched, 61.0))
+    assert core.tier == Tier.BUSINESS and core.borrowed and core.borrows_at_tier2
+
+
 def test_without_tier2_borrowing_a_tier1_job_larger_than_its_quota_plus_the_pool_is_tier2():
     teams = [Team("a", quota={"H100": 6}), Team("b", quota={"H100": 6})]
     sched = Scheduler(one_rack(), teams, config=EngineConfig(tier1_borrows_at_tier2=False))

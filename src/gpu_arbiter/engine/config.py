@@ -24,8 +24,9 @@ class EngineConfig:
     roi_gate_hours: float = 24.0  # ... for longer than this need a justification
     demote_after_uncheckpointed_failure: bool = True  # E3
     # S2 for tier 1: a tier-1 job its team's guarantee and the pool cannot hold now may start at
-    # tier 2 on idle GPUs beyond them (preemptible with notice, like any borrower) rather than
-    # wait; it is tier 1 again once it stops. False: it waits for room in its guarantee or pool.
+    # tier 2 beyond them, as a tier-2 job could (idle GPUs, tier-3 victims; preemptible with
+    # notice, like any borrower), rather than wait; it is tier 1 again once it stops. False: it
+    # waits for room in its guarantee or pool.
     tier1_borrows_at_tier2: bool = True
     # Queueing targets of tiers 1, 2 and 3; a tier-1 job expected (by walltime estimates) to
     # get its GPUs within its target waits rather than throw away a victim's uncheckpointed work.

@@ -5,9 +5,9 @@ size and moves on), so the dashboard reconstructs the most specific obstacle fro
 capacity, following placement's own rules (`engine.placement`):
 
 * `preempting` — it already holds GPUs and waits for tier-2 victims to use up their grace;
-* `quota` — a tier-1 job beyond its team's quota plus the unowned pool (tier 1 may not borrow
-  another team's guarantee, S2; it borrows at tier 2 once GPUs it accepts are idle, and one
-  larger than guarantee and pool together may take tier-3 GPUs like a tier-2 job, see
+* `quota` — a tier-1 job beyond its team's quota plus what is left of the unowned pool (tier 1
+  may not borrow another team's guarantee, S2; meanwhile it starts at tier 2 as soon as a
+  tier-2 job could, on idle GPUs or those of tier-3 and borrowed tier-2 jobs, see
   `EngineConfig.tier1_borrows_at_tier2`);
 * `capacity` — fewer free GPUs of every accepted type than it needs;
 * `gang` — enough free GPUs in total, but no node has them all for a job that must sit on one
@@ -83,7 +83,7 @@ class ReasonFinder:
                 "quota",
                 f"tier 1 needs {job.gpus} {types} within team {job.team}'s quota plus the "
                 "unowned pool; tier 1 may not borrow another team's guarantee (it starts at "
-                "tier 2, preemptible with notice, once accepted GPUs are idle)",
+                "tier 2, preemptible with notice, as soon as a tier-2 job could)",
             )
         found = self._placement(job)
         if job.team in self.exhausted and job.tier > job.requested_tier:
