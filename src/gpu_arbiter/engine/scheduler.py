@@ -544,11 +544,9 @@ class Scheduler:
         worse off than a tier-2 job of its team: on msr `ee9e8c` (trace seed 2) a 2-min,
         16-GPU tier-1 job, which guarantee and pool could hold once other teams' tier-1 jobs
         left the pool, waited 8 h among tier-3 jobs (tier-1 P99 125 min; now 1 min)."""
-        if job.tier != Tier.CORE or not (self.policy.quotas and self.cfg.tier1_borrows_at_tier2):
+        if job.tier != Tier.CORE or not self.cfg.tier1_borrows_at_tier2:
             return False
-        quota, team = self.quota, job.team
-        milli = n * job.spec.gpu_milli
-        return any(not quota.tier1_fits(team, t, milli) for t in self.types_by_speed(job))
+        return not all(self.admissible(job, t, n) for t in self.types_by_speed(job))
 
     def _attempt(self, job: Job, now: float, ctx: _Cycle) -> tuple | None:
         """One try at the job's current tier: None if it started (or preempted for a start),
