@@ -508,9 +508,10 @@ class Scheduler:
         # Alibaba's flexible tier-1 pods took the 4 V100M16 GPUs, next by name, for days while
         # pods pinned to them waited (gpuspec33 seed 0: a 20-min tier-1 pod 103 h, now 1.8 h).
         floor = self.cfg.slower_type_min_speed * self.speed(job, fastest)
+        speed = {t: self.speed(job, t) for t in types[1:]}
         slower = sorted(
-            (t for t in types[1:] if self.speed(job, t) >= floor and spare(t) >= 0),
-            key=lambda t: (-self.speed(job, t), -spare(t)),
+            (t for t in types[1:] if speed[t] >= floor and spare(t) >= 0),
+            key=lambda t: (-speed[t], -spare(t)),
         )
         return slower + [t for t in types if t not in slower]
 
