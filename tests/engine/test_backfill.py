@@ -1,9 +1,11 @@
-"""EASY backfill (S6): a later job starts now only if it cannot delay the reserved start."""
+"""EASY backfill (S6): a later job starts now only if it cannot delay the reserved start; a
+gang that needs one node holds one node."""
 
+from gpu_arbiter.domain import Allocation
 from gpu_arbiter.engine import Scheduler
-from gpu_arbiter.engine.backfill import Reservation, fits_before
+from gpu_arbiter.engine.backfill import Reservation, fits_before, node_free_at
 from tests.conftest import job
-from tests.engine.helpers import cluster, cycle, starts
+from tests.engine.helpers import cluster, cycle, node_of, starts
 
 
 def busy_node():
@@ -78,3 +80,80 @@ def test_easy_holds_free_gpus_for_a_job_that_cannot_be_placed_on_them():
 
 def test_arbiter_does_not_hold_scattered_gpus_that_would_not_start_the_blocked_job():
     assert set(starts(cycle(scattered("arbiter"), 2.0))) == {"small"}
+
+
+def draining() -> Scheduler:
+    """Two 8-GPU nodes: on r0-n00 a 6-GPU job ends at t=1000 by its walltime, on r0-n01 a 4-GPU
+    job runs for days. wide (tier 2) needs 8 GPUs of one node: r0-n00 is the node to wait for."""
+    sched = Scheduler(cluster({"name": "r0", "nodes": 2, "power_cap_kw": 80.0}))
+    sched.submit(job("short", tier=1, gpus=6, duration=1000.0, walltime_s=1000.0), 0.0)
+    sched.submit(job("long", tier=1, gpus=4, duration=1e6, walltime_s=1e6), 0.0)
+    cycle(sched, 0.0)
+    assert node_of(sched, "short") == ["r0-n00"] and node_of(sched, "long") == ["r0-n01"]
+    sched.submit(job("wide", tier=2, gpus=8, duration=100.0, walltime_s=100.0), 1.0)
+    assert starts(cycle(sched, 1.0)) == {}
+    return sched
+
+
+def test_a_gang_that_needs_one_node_reserves_the_node_that_frees_first():
+    sched = draining()
+    res = sched._reservations["H100"]
+    assert (res.job_id, res.node, res.shadow_time, res.extra) == ("wide", 0, 1000.0, 0)
+
+
+def test_a_long_job_starts_on_another_node_than_the_one_a_gang_waits_for():
+    """By count, 12 GPUs free at t=1000 leave 4 to spare and the best fit is r0-n00's 2 free
+    GPUs: the gang would then wait for explore's 28 h. Its node held, explore goes elsewhere."""
+    sched = draining()
+    sched.submit(job("explore", tier=3, gpus=1, duration=1e5, walltime_s=1e5), 2.0)
+    assert set(starts(cycle(sched, 2.0))) == {"explore"}
+    assert node_of(sched, "explore") == ["r0-n01"]
+    sched.finished("short", 1000.0)
+    assert set(starts(cycle(sched, 1000.0))) == {"wide"}
+
+
+def test_a_lower_tier_job_that_only_fits_on_the_held_node_waits():
+    sched = draining()
+    sched.submit(job("fill", tier=3, gpus=4, duration=1e5, walltime_s=1e5), 2.0)
+    assert set(starts(cycle(sched, 2.0))) == {"fill"}
+    assert node_of(sched, "fill") == ["r0-n01"]
+    sched.submit(job("more", tier=3, gpus=2, duration=1e5, walltime_s=1e5), 3.0)
+    sched.submit(job("quick", tier=3, gpus=2, duration=500.0, walltime_s=500.0), 3.0)
+    assert set(starts(cycle(sched, 3.0))) == {"quick"}  # it ends before the gang's start
+    assert node_of(sched, "quick") == ["r0-n00"]
+
+
+def test_a_higher_tier_job_keeps_off_the_held_node_where_another_has_room():
+    sched = draining()
+    sched.submit(job("core", tier=1, gpus=1, duration=1e5, walltime_s=1e5), 2.0)
+    assert set(starts(cycle(sched, 2.0))) == {"core"}
+    assert node_of(sched, "core") == ["r0-n01"]
+
+
+def test_a_higher_tier_job_takes_the_held_node_when_no_other_has_room():
+    sched = draining()
+    sched.submit(job("core", tier=1, gpus=3, duration=1e5, walltime_s=1e5), 2.0)
+    assert set(starts(cycle(sched, 2.0))) == {"core"}
+    assert node_of(sched, "core") == ["r0-n01"]
+    sched.submit(job("core2", tier=1, gpus=2, duration=1e5, walltime_s=1e5), 3.0)
+    assert set(starts(cycle(sched, 3.0))) == {"core2"}
+    assert node_of(sched, "core2") == ["r0-n00"]
+
+
+def test_node_free_at_finds_the_first_node_with_room_by_expected_ends():
+    a = Allocation("H100", ((0, (0, 1)),))
+    b = Allocation("H100", ((1, (0, 1, 2)),))
+    c = Allocation("H100", ((0, (2,)), (2, (0, 1, 2, 3))))
+    free = {0: 2, 1: 3, 2: -1}.__getitem__  # node 2 can never hold the job
+    ends = [(50.0, a), (80.0, c), (100.0, b)]
+    assert node_free_at(6, free, ends, now=0.0) == (1, 100.0, 0)
+    assert node_free_at(5, free, ends, now=0.0) == (0, 80.0, 0)
+    assert node_free_at(4, free, ends, now=60.0) == (0, 60.0, 0)
+    assert node_free_at(9, free, ends, now=0.0) is None
+
+
+def test_a_node_reservation_counts_only_allocations_on_its_node():
+    res = Reservation("wide", "H100", gpus=8, shadow_time=1000.0, extra=0, node=0)
+    assert res.covers(Allocation("H100", ((0, (3,)),)))
+    assert not res.covers(Allocation("H100", ((1, (3,)),)))
+    assert Reservation("w", "H100", 8, 1000.0, 0).covers(Allocation("H100", ((1, (3,)),)))

@@ -23,6 +23,16 @@ def test_best_fit_packs_a_small_job_onto_the_partly_used_node_and_keeps_whole_no
     assert index.whole_free["H100"] == 7 * 8
 
 
+def test_no_gpu_of_an_avoided_node_is_placed_whatever_the_size():
+    index = CapacityIndex(small())
+    commit(index, place(index, Request("H100", 5)))
+    assert place(index, Request("H100", 2), avoid=0).nodes != (0,)  # best fit: node 0
+    gang = place(index, Request("H100", 56), avoid=0)
+    assert gang is not None and 0 not in gang.nodes
+    assert place(index, Request("H100", 57), avoid=0) is None  # it needs node 0's 3 free GPUs
+    assert place(index, Request("H100", 57)) is not None
+
+
 def test_spread_puts_a_small_job_on_the_emptiest_node():
     index = CapacityIndex(small())
     commit(index, place(index, Request("H100", 5)))

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpu_arbiter.domain import MILLI, Allocation, Job, JobKind, Tier
-from gpu_arbiter.engine.backfill import Reservation, fits_before
+from gpu_arbiter.engine.backfill import Reservation, fits_before, may_take
 
 if TYPE_CHECKING:
     from gpu_arbiter.engine.scheduler import Scheduler
@@ -218,13 +218,6 @@ def candidate_moves(
     return moves
 
 
-def respects(res: Reservation | None, job: Job, n: int, move_s: float, now: float) -> bool:
-    """Whether a move leaves the target type's backfill reservation intact (and books it)."""
-    if res is None or res.job_id == job.id:
-        return True
-    return fits_before(res, n, move_s, now)
-
-
 def plan_and_move(
     sched: Scheduler,
     now: float,
@@ -255,14 +248,14 @@ def plan_and_move(
         if free[t] < n or job.allocation is None:
             continue  # an earlier move took the GPUs
         res = reservations.get(t)
-        if res is not None and not (res.job_id == job.id or now + m.move_s <= res.shadow_time):
-            if n > res.extra:
-                continue
-        alloc: Allocation | None = sched.find_for(job, t, n)
+        off_limits = res is not None and not may_take(res, job.id, n, m.move_s, now)
+        if off_limits and res.node is None:
+            continue
+        alloc: Allocation | None = sched.find_for(job, t, n, res, off_limits)
         if alloc is None:
             continue
-        if not respects(res, job, n, m.move_s, now):
-            continue
+        if res is not None and not off_limits and res.job_id != job.id and res.covers(alloc):
+            fits_before(res, n, m.move_s, now)  # books the extra GPUs the move takes
         why = (
             f"moving from {job.allocation.gpu_type} to {t}: expected to finish "
             f"{m.gain_s / 60:.0f} min sooner"

@@ -34,12 +34,15 @@ class Request:
     locality: str | None = None
 
 
-def place(index: CapacityIndex, req: Request, strategy: str = "pack") -> Allocation | None:
+def place(
+    index: CapacityIndex, req: Request, strategy: str = "pack", avoid: int | None = None
+) -> Allocation | None:
+    """The gang's GPUs, or None; none on node `avoid` (one a backfill reservation holds)."""
     if req.gpu_type not in index.buckets or index.type_free[req.gpu_type] < req.gpus:
         return None
     if req.gpus <= index.max_size[req.gpu_type]:
-        return _place_in_one_node(index, req, strategy == "pack")
-    return _place_across_nodes(index, req, strategy == "pack")
+        return _place_in_one_node(index, req, strategy == "pack", avoid)
+    return _place_across_nodes(index, req, strategy == "pack", avoid)
 
 
 def pick_gpus(free_mask: int, size: int, domain: int, n: int, tp: int) -> int | None:
@@ -103,25 +106,32 @@ def _watts(index: CapacityIndex, req: Request) -> float:
     return index.watts_per_gpu(req.gpu_type, req.power_profile)
 
 
-def _place_in_one_node(index: CapacityIndex, req: Request, pack: bool) -> Allocation | None:
+def _place_in_one_node(
+    index: CapacityIndex, req: Request, pack: bool, avoid: int | None
+) -> Allocation | None:
     t, n = req.gpu_type, req.gpus
     w = _watts(index, req)
     need_w = n * w
     if req.locality:
         for rack in index.label_racks(req.locality, t):
-            alloc = _search_buckets(index, index.rack_buckets[(t, rack)], req, need_w, pack)
+            buckets = index.rack_buckets[(t, rack)]
+            alloc = _search_buckets(index, buckets, req, need_w, pack, avoid)
             if alloc:
                 return alloc
-    return _search_buckets(index, index.buckets[t], req, need_w, pack)
+    return _search_buckets(index, index.buckets[t], req, need_w, pack, avoid)
 
 
-def _search_buckets(index: CapacityIndex, buckets, req: Request, need_w: float, pack: bool):
+def _search_buckets(
+    index: CapacityIndex, buckets, req: Request, need_w: float, pack: bool, avoid: int | None
+):
     n = req.gpus
     top = len(buckets) - 1
     ks = range(n, top + 1) if pack else range(top, n - 1, -1)
     skips = 0
     for k in ks:
         for node in buckets[k]:
+            if node == avoid:
+                continue
             if index.power_headroom(index.node_rack[node]) < need_w:
                 skips += 1
                 if skips > MAX_POWER_SKIPS:
@@ -136,7 +146,9 @@ def _search_buckets(index: CapacityIndex, buckets, req: Request, need_w: float, 
 EXTRA_RACKS = 2  # racks added when the fewest that cover a gang in number cannot hold it
 
 
-def _place_across_nodes(index: CapacityIndex, req: Request, pack: bool) -> Allocation | None:
+def _place_across_nodes(
+    index: CapacityIndex, req: Request, pack: bool, avoid: int | None
+) -> Allocation | None:
     t, n = req.gpu_type, req.gpus
     w = _watts(index, req)
     usable: list[tuple[int, int]] = []  # (GPUs usable within power, rack)
@@ -156,7 +168,7 @@ def _place_across_nodes(index: CapacityIndex, req: Request, pack: bool) -> Alloc
 
     # 1. one rack
     for _, r in sorted((x for x in usable if x[0] >= n), key=rank):
-        alloc = _fill(index, req, [r], w, pack)
+        alloc = _fill(index, req, [r], w, pack, avoid)
         if alloc:
             return alloc
     if req.max_racks == 1:
@@ -172,7 +184,7 @@ def _place_across_nodes(index: CapacityIndex, req: Request, pack: bool) -> Alloc
         if chosen:
             pods.append((sum(u for u, _ in chosen) if pack else -len(chosen), pod, chosen))
     for _, _, chosen in sorted(pods):
-        alloc = _fill(index, req, [r for _, r in chosen], w, pack)
+        alloc = _fill(index, req, [r for _, r in chosen], w, pack, avoid)
         if alloc:
             return alloc
     # 3. across pods, fewest racks; a rack's usable count is an upper bound (tensor-parallel
@@ -182,7 +194,7 @@ def _place_across_nodes(index: CapacityIndex, req: Request, pack: bool) -> Alloc
         return None
     ordered = sorted(usable, key=lambda x: (-x[0], x[1]))
     for k in range(len(chosen), min(limit, len(ordered), len(chosen) + EXTRA_RACKS) + 1):
-        alloc = _fill(index, req, [r for _, r in ordered[:k]], w, pack)
+        alloc = _fill(index, req, [r for _, r in ordered[:k]], w, pack, avoid)
         if alloc:
             return alloc
     return None
@@ -201,14 +213,16 @@ def _largest_covering(racks: list[tuple[int, int]], n: int, limit: int) -> list[
     return []
 
 
-def _fill(index: CapacityIndex, req: Request, racks: list[int], w: float, pack: bool):
+def _fill(
+    index: CapacityIndex, req: Request, racks: list[int], w: float, pack: bool, avoid: int | None
+):
     """Pick nodes inside `racks` for the whole gang: nodes with the most free GPUs first while
     the remainder is at least that large, then the best-fitting node for the remainder."""
     t, tp = req.gpu_type, req.tp
     remaining = req.gpus
     budget = {r: index.power_headroom(r) for r in racks}
     slots: list[tuple[int, tuple[int, ...]]] = []
-    taken: set[int] = set()
+    taken: set[int] = set() if avoid is None else {avoid}
     top = index.max_size[t]
 
     def take(node: int, c: int) -> bool:
@@ -231,7 +245,8 @@ def _fill(index: CapacityIndex, req: Request, racks: list[int], w: float, pack: 
             for node in index.rack_buckets[(t, r)][k]:
                 if remaining < k:
                     break
-                take(node, k)
+                if node != avoid:
+                    take(node, k)
         if remaining == 0:
             break
     if remaining and pack:

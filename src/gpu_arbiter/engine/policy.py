@@ -44,6 +44,9 @@ class Policy:
     # Whether a blocked job for which enough GPUs are free by count (but that cannot be placed
     # on them) still holds them back from backfill (`Scheduler._reservation_for`): EASY does.
     reserve_fragmented = True
+    # Whether a blocked gang that must fit in one node reserves the node expected to have room
+    # first rather than a count of the type's GPUs (`Scheduler._node_reservation`).
+    reserve_nodes = False
     # Whether a cycle after arrivals alone may look at the newcomers only (see Scheduler).
     # Off for strict FIFO (a newcomer must not pass a blocked head) and for policies whose
     # order changes with time (attained service, rounds).
