@@ -373,6 +373,33 @@ def test_a_tier1_job_gives_notice_on_the_fast_type_rather_than_start_on_a_much_s
     assert starts(decisions)["core"].allocation.gpu_type == runs_on
 
 
+@pytest.mark.parametrize(
+    ("a100_speed", "notice_stop_s", "runs_on"),
+    [(0.125, 60.0, "H100"), (0.9, 60.0, "H100"), (0.9, 7200.0, "A100")],
+)
+def test_a_tier1_job_stops_tier3_at_once_on_a_slower_type_only_if_it_finishes_no_later(
+    a100_speed, notice_stop_s, runs_on
+):
+    """biz (tier 2) fills the H100s, x (tier 3, a minute old) the A100s. Stopping x starts
+    core at once on the A100s; giving biz notice starts it on the H100s once biz has saved
+    (`notice_stop_s`). 10 h of work take 80 h or 11.1 h on the A100s: after a minute's save
+    the H100s finish it first; after biz's whole 2 h grace, 11.1 h at once is sooner."""
+    sched = fast_and_slow(notice_stop_s)
+    sched.submit(job("biz", team="b", tier=2, gpus=8, duration=1e5, gpu_types={"H100": 1.0}), 0.0)
+    sched.submit(job("x", team="b", tier=3, gpus=8, duration=1e5, gpu_types={"A100": 1.0}), 0.0)
+    cycle(sched, 0.0)
+    speeds = {"H100": 1.0, "A100": a100_speed}
+    sched.submit(job("core", tier=1, gpus=8, walltime_s=36000.0, gpu_types=speeds), 60.0)
+    decisions = cycle(sched, 60.0)
+    if runs_on == "H100":
+        assert set(preempts(decisions)) == {"biz"} and "core" not in starts(decisions)
+        sched.stopped("biz", 120.0)
+        decisions = cycle(sched, 120.0)
+    else:
+        assert set(preempts(decisions)) == {"x"}
+    assert starts(decisions)["core"].allocation.gpu_type == runs_on
+
+
 def test_a_victim_whose_borrowed_flag_flips_in_the_cycle_stays_a_victim_as_it_is_now():
     """core1 stops b2, so b3 is no longer borrowed (b's quota holds b1 and b3). The victim
     list core1's search made has b3 as borrowed; core2 must find b3 as it is now, with less
