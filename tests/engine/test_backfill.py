@@ -95,6 +95,13 @@ def draining() -> Scheduler:
     return sched
 
 
+def started_on(sched: Scheduler, now: float, name: str, **spec) -> list[str]:
+    """Submit a job running for days at `now`; the nodes it starts on in that cycle."""
+    sched.submit(job(name, duration=1e5, walltime_s=1e5, **spec), now)
+    assert set(starts(cycle(sched, now))) == {name}
+    return node_of(sched, name)
+
+
 def test_a_gang_that_needs_one_node_reserves_the_node_that_frees_first():
     sched = draining()
     res = sched._reservations["H100"]
@@ -105,18 +112,14 @@ def test_a_long_job_starts_on_another_node_than_the_one_a_gang_waits_for():
     """By count, 12 GPUs free at t=1000 leave 4 to spare and the best fit is r0-n00's 2 free
     GPUs: the gang would then wait for explore's 28 h. Its node held, explore goes elsewhere."""
     sched = draining()
-    sched.submit(job("explore", tier=3, gpus=1, duration=1e5, walltime_s=1e5), 2.0)
-    assert set(starts(cycle(sched, 2.0))) == {"explore"}
-    assert node_of(sched, "explore") == ["r0-n01"]
+    assert started_on(sched, 2.0, "explore", tier=3, gpus=1) == ["r0-n01"]
     sched.finished("short", 1000.0)
     assert set(starts(cycle(sched, 1000.0))) == {"wide"}
 
 
 def test_a_lower_tier_job_that_only_fits_on_the_held_node_waits():
     sched = draining()
-    sched.submit(job("fill", tier=3, gpus=4, duration=1e5, walltime_s=1e5), 2.0)
-    assert set(starts(cycle(sched, 2.0))) == {"fill"}
-    assert node_of(sched, "fill") == ["r0-n01"]
+    assert started_on(sched, 2.0, "fill", tier=3, gpus=4) == ["r0-n01"]
     sched.submit(job("more", tier=3, gpus=2, duration=1e5, walltime_s=1e5), 3.0)
     sched.submit(job("quick", tier=3, gpus=2, duration=500.0, walltime_s=500.0), 3.0)
     assert set(starts(cycle(sched, 3.0))) == {"quick"}  # it ends before the gang's start
@@ -125,19 +128,13 @@ def test_a_lower_tier_job_that_only_fits_on_the_held_node_waits():
 
 def test_a_higher_tier_job_keeps_off_the_held_node_where_another_has_room():
     sched = draining()
-    sched.submit(job("core", tier=1, gpus=1, duration=1e5, walltime_s=1e5), 2.0)
-    assert set(starts(cycle(sched, 2.0))) == {"core"}
-    assert node_of(sched, "core") == ["r0-n01"]
+    assert started_on(sched, 2.0, "core", tier=1, gpus=1) == ["r0-n01"]
 
 
 def test_a_higher_tier_job_takes_the_held_node_when_no_other_has_room():
     sched = draining()
-    sched.submit(job("core", tier=1, gpus=3, duration=1e5, walltime_s=1e5), 2.0)
-    assert set(starts(cycle(sched, 2.0))) == {"core"}
-    assert node_of(sched, "core") == ["r0-n01"]
-    sched.submit(job("core2", tier=1, gpus=2, duration=1e5, walltime_s=1e5), 3.0)
-    assert set(starts(cycle(sched, 3.0))) == {"core2"}
-    assert node_of(sched, "core2") == ["r0-n00"]
+    assert started_on(sched, 2.0, "core", tier=1, gpus=3) == ["r0-n01"]
+    assert started_on(sched, 3.0, "core2", tier=1, gpus=2) == ["r0-n00"]
 
 
 def test_node_free_at_finds_the_first_node_with_room_by_expected_ends():
