@@ -10,12 +10,12 @@ job can be passed by a team's stream of shorter ones, as in any SJF
 a blocked job preempts by tier or reclaims borrowed capacity (S1, S2), shrinking elastic jobs
 before stopping anyone (S8); otherwise it gets an EASY reservation that backfill honours (S6).
 A gang that must sit on one node reserves the node expected to have room for it first, not a
-count of the type's GPUs (`Policy.reserve_nodes`): jobs of lower tiers that would delay it go
-to other nodes, and jobs of its tier and above keep off the node where another has room. By
-count, an 8-GPU tier-1 pod on Alibaba's G2 held every G2 GPU from the 1-GPU tier-1 pods behind
-it for up to 38 h while it waited for a node to drain, and 8-GPU tier-2 pods waited 18-55 h
-on average behind 1-GPU pods spread over every node. Any other job blocked although enough
-GPUs are free by count holds none back (`Policy.reserve_fragmented`).
+count of the type's GPUs (`Policy.reserve_nodes`): jobs walked after it that would delay it
+go to other nodes (or wait), and jobs walked before it keep off the node where another has
+room. By count, an 8-GPU tier-1 pod on Alibaba's G2 held every G2 GPU from the 1-GPU tier-1
+pods behind it for up to 38 h while it waited for a node to drain, and 8-GPU tier-2 pods
+waited 18-55 h on average behind 1-GPU pods spread over every node. Any other job blocked
+although enough GPUs are free by count holds none back (`Policy.reserve_fragmented`).
 Flexible jobs start on a slower GPU type when the fast one is wanted by jobs pinned to it (S7):
 the roomiest fast-enough one that pinned jobs do not want too.
 
