@@ -254,7 +254,7 @@ def plan_and_move(
         alloc: Allocation | None = sched.find_for(job, t, n, res, off_limits)
         if alloc is None:
             continue
-        if res is not None and not off_limits and res.job_id != job.id and res.covers(alloc):
+        if res is not None and res.job_id != job.id and res.covers(alloc):  # off limits: never
             fits_before(res, n, m.move_s, now)  # books the extra GPUs the move takes
         why = (
             f"moving from {job.allocation.gpu_type} to {t}: expected to finish "

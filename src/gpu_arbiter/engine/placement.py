@@ -222,7 +222,7 @@ def _fill(
     remaining = req.gpus
     budget = {r: index.power_headroom(r) for r in racks}
     slots: list[tuple[int, tuple[int, ...]]] = []
-    taken: set[int] = set() if avoid is None else {avoid}
+    taken: set[int] = set() if avoid is None else {avoid}  # `avoid` counts as taken already
     top = index.max_size[t]
 
     def take(node: int, c: int) -> bool:
@@ -245,7 +245,7 @@ def _fill(
             for node in index.rack_buckets[(t, r)][k]:
                 if remaining < k:
                     break
-                if node != avoid:
+                if node not in taken:
                     take(node, k)
         if remaining == 0:
             break
