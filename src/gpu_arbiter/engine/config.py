@@ -39,7 +39,8 @@ class EngineConfig:
     # Fractional jobs sharing one GPU (S11) are stopped together at once (for a tier-1 job, S1,
     # or an inference surge, S9) only while their unsaved work adds up to at most this much
     # (`Scheduler._shared_gpu_option`): one GPU freed throws away every sharer's progress, and
-    # small pods rarely checkpoint. Beyond it the preemptor gives someone notice or waits.
+    # small pods rarely checkpoint. Beyond it they save first for a tier-1 job, in
+    # `notice_stop_s`, as a whole tier-3 job would; an inference surge looks elsewhere.
     shared_stop_max_unsaved_s: float = 3600.0
     # A tier-3 job that a tier-1 job needs stopped (S1) stops at once while that throws away
     # at most this much unsaved work (reference seconds x GPUs); beyond it, it saves first, in

@@ -35,10 +35,12 @@ Lost work comes before borrowed-or-owned: where the preemptor may take either
 instead of an owned one that started a minute ago throws the days away (on 0e4a51 with
 borrowed first: mean JCT 106.7 h, 18,664 GPU-h lost; lost first: 101.1 h, 16,986).
 Fractional jobs (S11) are victims only all together: a GPU that jobs of one tier alone share is
-one option that stops them all (costed by the work they lose together), and only where they
-stop at once (tier 3 for a tier-1 job, or an inference surge) with at most
-`EngineConfig.shared_stop_max_unsaved_s` of unsaved work between them; a GPU shared with a job
-of another tier is freed by nobody.
+one option that stops them all, given the notice a whole job of their tier would get. Where
+that is a stop at once (tier 3 for a tier-1 job, or an inference surge) it is costed by the
+work they lose together, and beyond `EngineConfig.shared_stop_max_unsaved_s` of it they save
+first, as a whole job would, for a tier-1 job (an inference surge cannot wait: no option). While
+they save, the GPU takes no newcomers (`SharedGpus.close`). A GPU shared with a job of another
+tier is freed by nobody.
 Candidates are released tentatively in the capacity index until the gang fits; victims whose
 GPUs the gang does not use are then spared, and the index is restored — the plan changes
 nothing by itself.
@@ -129,22 +131,38 @@ def victim_options(
 
 
 def shared_gpu_option(
-    sharers: tuple[Job, ...], watts: float, now: float, max_unsaved: float
+    sharers: tuple[Job, ...],
+    watts: float,
+    notice: float,
+    now: float,
+    max_unsaved: float,
+    save_s: float | None = None,
 ) -> Option | None:
     """The fractional jobs sharing one GPU (S11), all of one tier, as one victim option that
-    stops them all at once and frees the GPU (`watts`: the power booked for it), or None when
-    they would lose more than `max_unsaved` seconds of work together. It costs that work, each
-    sharer's unsaved time in full (a pod loses all of it, whatever its share of the GPU), and
-    ranks among the tier's victims that stop at once."""
-    cost = sum(v.unsaved_at(now) for v in sharers)
-    if cost > max_unsaved:
-        return None
+    stops them all and frees the GPU (`watts`: the power booked for it), each given `notice`,
+    ranked among the tier's victims as a whole job would be (`victim_options`). Stopped at once
+    (`notice` 0), they cost the work they lose, each sharer's unsaved time in full (a pod loses
+    all of it, whatever its share of the GPU); where that is more than `max_unsaved` seconds
+    they save first, in `save_s` (`notice_given`'s rule for whole jobs), and without `save_s`
+    the option is None."""
+    lost = shared_unsaved(sharers, now)
+    if notice == 0 and lost > max_unsaved:
+        if save_s is None:
+            return None
+        notice = save_s
+    wait = max(notice_wait(v, notice, now) for v in sharers)
+    cost = lost if notice == 0 else now - max(v.expected_end_at for v in sharers)
     youngest = max(v.started_at or 0.0 for v in sharers)
     borrowed = all(v.borrowed for v in sharers)
     tier = int(sharers[0].tier)
-    key = (-tier, 0.0, cost, not borrowed, -youngest, min(v.seq for v in sharers))
+    key = (-tier, wait, cost, not borrowed, -youngest, min(v.seq for v in sharers))
     made_with = tuple((v.allocation, v.borrowed) for v in sharers)
-    return Option(key, sharers, None, sharers[0].allocation, watts, True, made_with)
+    return Option(key, sharers, None, sharers[0].allocation, watts, notice == 0, made_with)
+
+
+def shared_unsaved(sharers: Iterable[Job], now: float) -> float:
+    """The work the fractional jobs sharing one GPU would lose together if stopped at `now`."""
+    return sum(v.unsaved_at(now) for v in sharers)
 
 
 def notice_given(

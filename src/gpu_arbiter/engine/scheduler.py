@@ -63,6 +63,7 @@ from gpu_arbiter.engine.preemption import (
     option_key,
     plan_preemption,
     shared_gpu_option,
+    shared_unsaved,
     victim_options,
 )
 from gpu_arbiter.engine.sharing import SharedGpus, shared_gpu
@@ -1100,8 +1101,8 @@ class Scheduler:
             options = victim_options(
                 members, group == "shrink", notice, now, self._watts, self._reserves, save_over
             )
-            if self._lists_shared_gpus(group, notice):
-                options += self._shared_gpu_options(t, group, now)
+            if group != "shrink":
+                options += self._shared_gpu_options(t, group, notice, now, save_over)
                 options.sort(key=option_key)
             ctx.victims[key] = options
             ctx.victim_index[key] = {v.id: o for o in options for v in o.jobs}
@@ -1118,41 +1119,53 @@ class Scheduler:
             return v.id in self.elastic_running and shrinks
         return int(v.tier) == group and not shrinks
 
-    @staticmethod
-    def _lists_shared_gpus(group: int | str, notice: float) -> bool:
-        """Whether a victim list of `group` with `notice` holds shared GPUs: one of a tier
-        whose jobs stop at once (`_shared_gpu_options`)."""
-        return notice == 0 and group != "shrink"
-
-    def _shared_gpu_options(self, t: str, tier: int, now: float) -> list[Option]:
+    def _shared_gpu_options(
+        self, t: str, tier: int, notice: float, now: float, save_over: tuple[float, float] | None
+    ) -> list[Option]:
         """The shared GPUs of type `t` (S11) on which jobs of `tier` run, each as one option
-        stopping all its jobs (`_shared_gpu_option`). Only for victims that stop at once
-        (`_lists_shared_gpus`): while victims given notice save, new fractional jobs could
-        land on the GPU."""
+        stopping all its jobs (`_shared_gpu_option`)."""
         gpus = {
             shared_gpu(v.allocation): None
             for v in self.running_by_tier[(t, tier)].values()
             if v.spec.gpu_milli < MILLI
         }
-        options = (self._shared_gpu_option(node, gpu, tier, now) for node, gpu in gpus)
+        options = (
+            self._shared_gpu_option(node, gpu, tier, notice, now, save_over) for node, gpu in gpus
+        )
         return [o for o in options if o is not None]
 
-    def _shared_gpu_option(self, node: int, gpu: int, tier: int, now: float) -> Option | None:
+    def _shared_gpu_option(
+        self,
+        node: int,
+        gpu: int,
+        tier: int,
+        notice: float,
+        now: float,
+        save_over: tuple[float, float] | None,
+    ) -> Option | None:
         """GPU `gpu` of `node`, shared by fractional jobs, as a victim option that stops them
-        all (`engine.preemption.shared_gpu_option`), or None unless they are all of `tier`,
-        none started in this very cycle and their unsaved work is within
-        `EngineConfig.shared_stop_max_unsaved_s`. Freeing a whole GPU is what a preemptor
-        needs; one of its jobs alone frees nothing."""
-        sharers = []
-        for job_id in self.node_jobs[node]:
-            v = self.running[job_id]
-            if v.spec.gpu_milli < MILLI and shared_gpu(v.allocation) == (node, gpu):
-                if int(v.tier) != tier or v.started_at == now:
-                    return None
-                sharers.append(v)
-        sharers.sort(key=lambda v: v.seq)
+        all, each given `notice` (`engine.preemption.shared_gpu_option`), or None unless they
+        are all of `tier` and none started in this very cycle. Stopped at once with more than
+        `EngineConfig.shared_stop_max_unsaved_s` of unsaved work, they save first where
+        `save_over` lets them (a tier-1 preemptor, `_save_over`), else they are no option.
+        While they save the GPU is closed to newcomers (`_execute`). Freeing a whole GPU is what
+        a preemptor needs; one of its jobs alone frees nothing."""
+        sharers = self._sharers(node, gpu)
+        if any(int(v.tier) != tier or v.started_at == now for v in sharers):
+            return None
         watts, cap = self.shared.watts[(node, gpu)], self.cfg.shared_stop_max_unsaved_s
-        return shared_gpu_option(tuple(sharers), watts, now, cap)
+        save_s = save_over[1] if save_over is not None else None
+        return shared_gpu_option(sharers, watts, notice, now, cap, save_s)
+
+    def _sharers(self, node: int, gpu: int) -> tuple[Job, ...]:
+        """The fractional jobs running on GPU `gpu` of `node`, in submission order."""
+        on_node = (self.running[job_id] for job_id in self.node_jobs[node])
+        sharers = [
+            v
+            for v in on_node
+            if v.spec.gpu_milli < MILLI and shared_gpu(v.allocation) == (node, gpu)
+        ]
+        return tuple(sorted(sharers, key=lambda v: v.seq))
 
     def _victim_changed(self, job: Job) -> None:
         """A running job's borrowed flag or allocation changed during the cycle: in the victim
@@ -1178,12 +1191,10 @@ class Scheduler:
                 new = victim_options(
                     (job,), group == "shrink", notice, now, self._watts, self._reserves, save_over
                 )
-            elif (
-                job.spec.gpu_milli < MILLI
-                and group == int(job.tier)
-                and self._lists_shared_gpus(group, notice)
-            ):
-                shared = self._shared_gpu_option(*shared_gpu(job.allocation), group, now)
+            elif job.spec.gpu_milli < MILLI and group == int(job.tier):
+                shared = self._shared_gpu_option(
+                    *shared_gpu(job.allocation), group, notice, now, save_over
+                )
                 new = [shared] if shared is not None else []
             for option in new:
                 insort(options, option, key=option_key)
@@ -1340,6 +1351,8 @@ class Scheduler:
                 self.pending_stops[v.id] = order
                 self.hold_of[v.id] = job.id
                 waiting.add(v.id)
+                if v.spec.gpu_milli < MILLI:
+                    self.shared.close(*shared_gpu(v.allocation))
         if waiting:
             self._hold(job, plan.allocation, waiting)
         else:
@@ -1354,9 +1367,15 @@ class Scheduler:
         """The notice `job` gives `victim` (`_grace_of_tier`), or the time a save takes where
         stopping it at once would throw away too much (`_save_over`)."""
         grace = self._grace_of_tier(victim.tier, job)
+        save_over = self._save_over(victim.tier, job)
         if victim.spec.gpu_milli < MILLI:
-            return grace  # sharers stop at once together, or not at all (`_shared_gpu_option`)
-        return notice_given(victim, grace, self._ctx.now, self._save_over(victim.tier, job))
+            # Sharers stop at once together, or save together (`_shared_gpu_option`).
+            if grace == 0 and save_over is not None:
+                sharers = self._sharers(*shared_gpu(victim.allocation))
+                if shared_unsaved(sharers, self._ctx.now) > self.cfg.shared_stop_max_unsaved_s:
+                    return save_over[1]
+            return grace
+        return notice_given(victim, grace, self._ctx.now, save_over)
 
     def _save_over(self, tier: int, job: Job) -> tuple[float, float] | None:
         """(cap, save_s) where `job` stops victims of `tier` at once but gives one whose stop

@@ -6,7 +6,8 @@ stays exactly as fast as before. Shared GPUs are indexed separately, per GPU typ
 milli-units they have left; a fractional job goes best-fit onto the shared GPU with the least
 room that still fits it, and opens a new shared GPU (best-fit placement of one GPU) only when
 none fits. The milli-units on a GPU never sum past 1000; the last job to leave gives the GPU
-back to the index. A preemptor frees a shared GPU by stopping every job on it at once
+back to the index. A preemptor frees a shared GPU by stopping every job on it, at once or, where
+they save first, after closing the GPU to newcomers until the last one has left
 (`engine.preemption`).
 """
 
@@ -25,13 +26,14 @@ def shared_gpu(alloc: Allocation) -> tuple[int, int]:
 
 
 class SharedGpus:
-    __slots__ = ("index", "used", "watts", "room")
+    __slots__ = ("index", "used", "watts", "room", "closed")
 
     def __init__(self, index: CapacityIndex) -> None:
         self.index = index
         self.used: dict[tuple[int, int], int] = {}  # (node, gpu) -> milli-units in use
         self.watts: dict[tuple[int, int], float] = {}  # power booked when the GPU was opened
         self.room: dict[str, SortedList] = {}  # per type: (milli left, node, gpu), left > 0
+        self.closed: set[tuple[int, int]] = set()  # GPUs being freed: no room for newcomers
 
     def find(self, gpu_type: str, milli: int) -> Allocation | None:
         """The shared GPU of `gpu_type` with the least room left that fits `milli`."""
@@ -62,17 +64,27 @@ class SharedGpus:
         """Remove `milli` units from a shared GPU; the last job out returns it to the index."""
         key = (node, gpu)
         used = self.used[key]
-        if used < MILLI:
+        if used < MILLI and key not in self.closed:
             self._room(node).remove((MILLI - used, node, gpu))
         if used == milli:
             del self.used[key]
+            self.closed.discard(key)
             self.index.give(node, 1 << gpu, self.watts.pop(key))
         else:
             self._set(key, used - milli)
 
+    def close(self, node: int, gpu: int) -> None:
+        """Take no more jobs onto a shared GPU whose jobs are all stopping, so that it frees up
+        whole once they have (a preemptor holds it)."""
+        key = (node, gpu)
+        used = self.used[key]
+        if key not in self.closed and used < MILLI:
+            self._room(node).remove((MILLI - used, node, gpu))
+        self.closed.add(key)
+
     def _set(self, key: tuple[int, int], used: int) -> None:
         self.used[key] = used
-        if used < MILLI:
+        if used < MILLI and key not in self.closed:
             node, gpu = key
             self._room(node).add((MILLI - used, node, gpu))
 
