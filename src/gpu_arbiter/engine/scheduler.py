@@ -1124,6 +1124,8 @@ class Scheduler:
     ) -> list[Option]:
         """The shared GPUs of type `t` (S11) on which jobs of `tier` run, each as one option
         stopping all its jobs (`_shared_gpu_option`)."""
+        if not self.shared.used:
+            return []  # no fractional job runs: nothing to look through
         gpus = {
             shared_gpu(v.allocation): None
             for v in self.running_by_tier[(t, tier)].values()
