@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from gpu_arbiter.domain import Cluster, JobState, Node, Rack, Start, Team
 from gpu_arbiter.domain.team import default_teams
 from gpu_arbiter.engine import Scheduler
+from gpu_arbiter.engine.preemption import shared_gpu_option
 from tests.conftest import job
 from tests.engine.helpers import cycle, preempts, starts
 
@@ -189,3 +190,22 @@ def test_a_tier2_job_gives_the_tier3_pods_sharing_a_gpu_their_save_minute():
     assert "biz" not in sched.running  # s2 still on the GPU
     sched.stopped("s2", 650.0)
     assert "biz" in sched.running and sched.jobs["s1"].progress_s > 0
+
+
+@pytest.mark.parametrize("by_estimates", [True, False])
+def test_a_shared_gpu_option_reads_walltime_estimates_only_for_policies_that_do(by_estimates):
+    """Given a minute's notice, pods whose estimates say they end in 30 s hold the GPU that
+    long; a policy that reads no estimates (Tiresias) counts the whole minute, and ranks them
+    by the work they would lose, as it does whole jobs (`victim_options`)."""
+    sched = one_node(gpus=1)
+    sched.submit(job("s1", gpu_milli=500, duration=630.0, walltime_s=630.0), 0.0)
+    sched.submit(job("s2", gpu_milli=500, duration=600.0, walltime_s=600.0), 0.0)
+    cycle(sched, 0.0)
+    sharers = tuple(sched.running[j] for j in ("s1", "s2"))
+    option = shared_gpu_option(sharers, 300.0, 60.0, 600.0, 3600.0, None, by_estimates)
+    assert option is not None and not option.at_once
+    wait, cost = option.key[1:3]
+    if by_estimates:
+        assert wait == pytest.approx(30.0) and cost == pytest.approx(-30.0)
+    else:
+        assert wait == 60.0 and cost == pytest.approx(1200.0)

@@ -137,6 +137,7 @@ def shared_gpu_option(
     now: float,
     max_unsaved: float,
     save_s: float | None = None,
+    by_estimates: bool = True,
 ) -> Option | None:
     """The fractional jobs sharing one GPU (S11), all of one tier, as one victim option that
     stops them all and frees the GPU (`watts`: the power booked for it), each given `notice`,
@@ -144,14 +145,17 @@ def shared_gpu_option(
     (`notice` 0), they cost the work they lose, each sharer's unsaved time in full (a pod loses
     all of it, whatever its share of the GPU); where that is more than `max_unsaved` seconds
     they save first, in `save_s` (`notice_given`'s rule for whole jobs), and without `save_s`
-    the option is None."""
+    the option is None. `by_estimates` as for `victim_options`."""
     lost = shared_unsaved(sharers, now)
     if notice == 0 and lost > max_unsaved:
         if save_s is None:
             return None
         notice = save_s
-    wait = max(notice_wait(v, notice, now) for v in sharers)
-    cost = lost if notice == 0 else now - max(v.expected_end_at for v in sharers)
+    if by_estimates:
+        wait = max(notice_wait(v, notice, now) for v in sharers)
+        cost = lost if notice == 0 else now - max(v.expected_end_at for v in sharers)
+    else:
+        wait, cost = notice, lost
     youngest = max(v.started_at or 0.0 for v in sharers)
     borrowed = all(v.borrowed for v in sharers)
     tier = int(sharers[0].tier)

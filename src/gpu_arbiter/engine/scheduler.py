@@ -1157,7 +1157,7 @@ class Scheduler:
             return None
         watts, cap = self.shared.watts[(node, gpu)], self.cfg.shared_stop_max_unsaved_s
         save_s = save_over[1] if save_over is not None else None
-        return shared_gpu_option(sharers, watts, notice, now, cap, save_s)
+        return shared_gpu_option(sharers, watts, notice, now, cap, save_s, self._reserves)
 
     def _sharers(self, node: int, gpu: int) -> tuple[Job, ...]:
         """The fractional jobs running on GPU `gpu` of `node`, in submission order."""
