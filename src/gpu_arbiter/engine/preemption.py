@@ -147,10 +147,9 @@ def shared_gpu_option(
     they save first, in `save_s` (`notice_given`'s rule for whole jobs), and without `save_s`
     the option is None. `by_estimates` as for `victim_options`."""
     lost = shared_unsaved(sharers, now)
-    if notice == 0 and lost > max_unsaved:
-        if save_s is None:
-            return None
-        notice = save_s
+    notice = shared_notice(lost, notice, max_unsaved, save_s)
+    if notice is None:
+        return None
     if by_estimates:
         wait = max(notice_wait(v, notice, now) for v in sharers)
         cost = lost if notice == 0 else now - max(v.expected_end_at for v in sharers)
@@ -167,6 +166,17 @@ def shared_gpu_option(
 def shared_unsaved(sharers: Iterable[Job], now: float) -> float:
     """The work the fractional jobs sharing one GPU would lose together if stopped at `now`."""
     return sum(v.unsaved_at(now) for v in sharers)
+
+
+def shared_notice(
+    lost: float, notice: float, max_unsaved: float, save_s: float | None
+) -> float | None:
+    """The notice the jobs sharing one GPU get where each would be given `notice`: a stop at
+    once that would lose more than `max_unsaved` of their work together (`lost`) becomes
+    `save_s` to save first, or, without `save_s`, no stop (None)."""
+    if notice == 0 and lost > max_unsaved:
+        return save_s
+    return notice
 
 
 def notice_given(

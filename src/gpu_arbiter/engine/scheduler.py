@@ -63,6 +63,7 @@ from gpu_arbiter.engine.preemption import (
     option_key,
     plan_preemption,
     shared_gpu_option,
+    shared_notice,
     shared_unsaved,
     victim_options,
 )
@@ -1372,11 +1373,11 @@ class Scheduler:
         save_over = self._save_over(victim.tier, job)
         if victim.spec.gpu_milli < MILLI:
             # Sharers stop at once together, or save together (`_shared_gpu_option`).
-            if grace == 0 and save_over is not None:
-                sharers = self._sharers(*shared_gpu(victim.allocation))
-                if shared_unsaved(sharers, self._ctx.now) > self.cfg.shared_stop_max_unsaved_s:
-                    return save_over[1]
-            return grace
+            if grace > 0 or save_over is None:
+                return grace
+            lost = shared_unsaved(self._sharers(*shared_gpu(victim.allocation)), self._ctx.now)
+            given = shared_notice(lost, grace, self.cfg.shared_stop_max_unsaved_s, save_over[1])
+            return grace if given is None else given
         return notice_given(victim, grace, self._ctx.now, save_over)
 
     def _save_over(self, tier: int, job: Job) -> tuple[float, float] | None:
