@@ -5,7 +5,7 @@ from gpu_arbiter.domain import Allocation
 from gpu_arbiter.engine import Scheduler
 from gpu_arbiter.engine.backfill import Reservation, fits_before, node_free_at
 from tests.conftest import job
-from tests.engine.helpers import cluster, cycle, node_of, starts
+from tests.engine.helpers import cluster, cycle, node_of, preempts, starts
 
 
 def busy_node():
@@ -154,3 +154,59 @@ def test_a_node_reservation_counts_only_allocations_on_its_node():
     assert res.covers(Allocation("H100", ((0, (3,)),)))
     assert not res.covers(Allocation("H100", ((1, (3,)),)))
     assert Reservation("w", "H100", 8, 1000.0, 0).covers(Allocation("H100", ((1, (3,)),)))
+
+
+def test_a_later_job_does_not_stop_jobs_on_the_node_a_gang_waits_for():
+    """Stopping jobs is no way round a reservation: pushy (tier 2, long) could start only by
+    stopping quick on r0-n00, the node wide waits for; it waits, and wide starts on time."""
+    sched = draining()
+    assert started_on(sched, 2.0, "core", tier=1, gpus=4) == ["r0-n01"]
+    sched.submit(job("quick", tier=3, gpus=2, duration=500.0, walltime_s=500.0), 3.0)
+    assert set(starts(cycle(sched, 3.0))) == {"quick"}  # it ends before wide's start
+    assert node_of(sched, "quick") == ["r0-n00"]
+    sched.submit(job("pushy", tier=2, gpus=2, duration=1e5, walltime_s=1e5), 4.0)
+    decisions = cycle(sched, 4.0)
+    assert preempts(decisions) == {} and starts(decisions) == {}
+    sched.finished("quick", 500.0)
+    sched.finished("short", 1000.0)
+    assert set(starts(cycle(sched, 1000.0))) == {"wide"}
+
+
+def three_nodes(wide_tier: int = 2) -> Scheduler:
+    """Three 8-GPU nodes: short (tier 1) holds r0-n00 until t=1000, long (tier 1) r0-n01 for
+    days, quick (tier 3) half of r0-n02 until t=500; wide needs 16 GPUs, more than a node, so
+    it holds a count of GPUs from t=1000 on, with none to spare."""
+    sched = Scheduler(cluster({"name": "r0", "nodes": 3, "power_cap_kw": 120.0}))
+    sched.submit(job("short", tier=1, gpus=8, duration=1000.0, walltime_s=1000.0), 0.0)
+    sched.submit(job("long", tier=1, gpus=8, duration=1e6, walltime_s=1e6), 0.0)
+    sched.submit(job("quick", tier=3, gpus=4, duration=500.0, walltime_s=500.0), 0.0)
+    assert set(starts(cycle(sched, 0.0))) == {"short", "long", "quick"}
+    sched.submit(job("wide", tier=wide_tier, gpus=16, duration=100.0, walltime_s=100.0), 1.0)
+    assert starts(cycle(sched, 1.0)) == {}
+    res = sched._reservations["H100"]
+    assert (res.job_id, res.node, res.shadow_time, res.extra) == ("wide", None, 1000.0, 0)
+    return sched
+
+
+def test_a_later_job_that_would_delay_a_count_reservation_stops_nobody():
+    sched = three_nodes()
+    sched.submit(job("pushy", tier=2, gpus=8, duration=1e5, walltime_s=1e5), 2.0)
+    decisions = cycle(sched, 2.0)
+    assert preempts(decisions) == {} and starts(decisions) == {}
+    sched.finished("quick", 500.0)
+    sched.finished("short", 1000.0)
+    assert set(starts(cycle(sched, 1000.0))) == {"wide"}
+
+
+def test_a_later_job_that_ends_before_the_reserved_start_may_still_stop_jobs():
+    sched = three_nodes()
+    sched.submit(job("brief", tier=2, gpus=8, duration=300.0, walltime_s=300.0), 2.0)
+    assert set(preempts(cycle(sched, 2.0))) == {"quick"}
+
+
+def test_a_tier_1_job_still_stops_tier_3_at_once_past_another_tier_1_reservation():
+    """S1: a tier-1 job suspends tier-3 jobs within a cycle; a reservation does not stop it."""
+    sched = three_nodes(wide_tier=1)
+    sched.submit(job("core", tier=1, gpus=8, duration=1e5, walltime_s=1e5), 2.0)
+    decisions = cycle(sched, 2.0)
+    assert set(preempts(decisions)) == {"quick"} and set(starts(decisions)) == {"core"}

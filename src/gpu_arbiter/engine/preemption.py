@@ -199,13 +199,18 @@ def notice_wait(victim: Job, notice: float, now: float) -> float:
 
 
 def plan_preemption(
-    index: CapacityIndex, req: Request, options: Iterable[Option], strategy: str
+    index: CapacityIndex,
+    req: Request,
+    options: Iterable[Option],
+    strategy: str,
+    avoid: int | None = None,
 ) -> PreemptionPlan | None:
-    """The cheapest victims whose GPUs let `req` be placed, or None. `options` are the allowed
-    victims cheapest first; they are taken lazily, so a plan that needs a few victims looks at
-    a few, however many jobs run. None is released in the capacity index before enough are
-    taken to free the gang's GPUs by count: when even all of them are too few (the common
-    failed search in a busy cluster), the search ends without touching the index."""
+    """The cheapest victims whose GPUs let `req` be placed, or None; none on node `avoid` (a
+    backfill reservation holds it). `options` are the allowed victims cheapest first; they are
+    taken lazily, so a plan that needs a few victims looks at a few, however many jobs run.
+    None is released in the capacity index before enough are taken to free the gang's GPUs by
+    count: when even all of them are too few (the common failed search in a busy cluster), the
+    search ends without touching the index."""
     options = iter(options)
     enough: list[Option] = []  # the cheapest options whose GPUs add up to the gang's
     short = req.gpus - index.type_free[req.gpu_type]
@@ -222,7 +227,7 @@ def plan_preemption(
             _give(index, option.part, option.watts)
             released.append(option)
             if index.type_free[req.gpu_type] >= req.gpus:
-                alloc = place(index, req, strategy)
+                alloc = place(index, req, strategy, avoid)
                 if alloc is not None:
                     break
     finally:

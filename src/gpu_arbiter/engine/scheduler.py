@@ -75,6 +75,7 @@ _TIERS = (1, 2, 3)
 # to run at least 2**b seconds (the last band, about 68 years and beyond, those without one).
 _RUN_BANDS = 32
 _HOPELESS = "hopeless"  # marks a `_blocked` stamp made by `Scheduler._hopeless`
+_WHOLE_TYPE = -1  # no node: a count reservation bars the whole type (`Scheduler._reserved_node`)
 
 
 def _run_band(run: float) -> int:
@@ -864,7 +865,10 @@ class Scheduler:
             if scope is None or not scope[1]:
                 continue
             within = scope[0]
-            sig = self._preempt_sig(job, t, within)
+            reserved = self._reserved_node(job, t, n, now, ctx)
+            if reserved == _WHOLE_TYPE:
+                continue
+            sig = (*self._preempt_sig(job, t, within), reserved)
             stamp = self._preempt_stamp(t, now)
             if self._preempt_failed.failed(sig, n, stamp):
                 continue
@@ -879,7 +883,7 @@ class Scheduler:
                 sig += ("at once", clock)
                 if self._preempt_failed.failed(sig, n, stamp):
                     continue
-            plan = self._plan(job, t, n, within, at_once, now, ctx)
+            plan = self._plan(job, t, n, within, at_once, now, ctx, reserved)
             if plan is None:
                 self._preempt_failed.record(sig, n, stamp)
                 continue
@@ -992,18 +996,21 @@ class Scheduler:
         if scope is None or not scope[1]:
             return None
         within = scope[0]
-        key = (self._preempt_sig(job, gpu_type, within), n)
+        reserved = self._reserved_node(job, gpu_type, n, now, ctx)
+        if reserved == _WHOLE_TYPE:
+            return None
+        key = (self._preempt_sig(job, gpu_type, within), reserved, n)
         hit = ctx.dry_runs.get(key)
         if hit is not None and hit[0] == self._epoch[gpu_type]:
             return hit[1]
         wait = None
-        plan = self._plan(job, gpu_type, n, within, True, now, ctx, count=False)
+        plan = self._plan(job, gpu_type, n, within, True, now, ctx, reserved, count=False)
         if plan is not None and self._plan_grace(job, plan) == 0:
             worth = not self.policy.weigh_lost_work
             if worth or self._worth_the_lost_work(job, plan, gpu_type, n, now):
                 wait = 0.0
         if wait is None:
-            plan = self._plan(job, gpu_type, n, within, False, now, ctx, count=False)
+            plan = self._plan(job, gpu_type, n, within, False, now, ctx, reserved, count=False)
             if plan is not None and self._plan_grace(job, plan) > 0:
                 wait = self._plan_wait(job, plan, now)
         ctx.dry_runs[key] = (self._epoch[gpu_type], wait)
@@ -1018,10 +1025,12 @@ class Scheduler:
         at_once: bool,
         now: float,
         ctx: _Cycle,
+        reserved: int | None,
         count: bool = True,
     ) -> PreemptionPlan | None:
         """The cheapest preemption plan for `n` GPUs of type `t` for the job, or None (changes
-        nothing). `at_once`: only victims that stop (or shrink) without a grace. `count`: the
+        nothing). `at_once`: only victims that stop (or shrink) without a grace. `reserved`:
+        the node a backfill reservation keeps the job off (`_reserved_node`). `count`: the
         search counts towards the cycle's `max_preemption_attempts`."""
         inference = job.spec.kind == JobKind.INFERENCE  # others take from anyone (S9)
         allowed = (
@@ -1030,15 +1039,38 @@ class Scheduler:
             for o in group
             if o.current()  # not stopped, resized or flipped since the list was made
             and (o.at_once or not at_once)
+            and (reserved is None or reserved not in o.part.nodes)
             and self._may_take(job, o, within, inference)
         )
         first = next(allowed, None)
         if first is None:
             return None  # nobody to preempt: not a search that counts towards the cap
         ctx.attempts += count
+        req = self._request(job, t, n)
         return plan_preemption(
-            self.index, self._request(job, t, n), chain((first,), allowed), self.policy.placement
+            self.index, req, chain((first,), allowed), self.policy.placement, reserved
         )
+
+    def _reserved_node(
+        self, job: Job, gpu_type: str, n: int, now: float, ctx: _Cycle
+    ) -> int | None:
+        """How the backfill reservation on the type bounds a preemption for `n` GPUs (S6): a
+        job walked after the holder may no more delay the reserved start by stopping jobs
+        than by taking free GPUs (`_attempt`), unless it ends before the shadow time or fits
+        in the spare GPUs. None: no bound; a node: the one held, to stay off; `_WHOLE_TYPE`:
+        a count reservation, which bars the type. Not bound: a tier-1 job at tier 1, which
+        stops lower tiers within a cycle (S1; it still may not take free GPUs past another
+        tier-1 job's reservation), and an inference surge (S9).
+        Before, on Alibaba's gpuspec33 (seed 3) a flexible 2-GPU tier-2 pod stopped two
+        tier-3 pods on G3, whose one node an 8-GPU tier-1 pod held a reservation on, and ran
+        there for 215 h: the tier-1 pod, and three tier-2 8-GPU pods behind it, waited as
+        long."""
+        if job.tier == Tier.CORE or job.spec.kind == JobKind.INFERENCE:
+            return None
+        res = self._reservation_over(job, gpu_type, ctx)
+        if res is None or self._backfill_ok(res, job, gpu_type, n, now):
+            return None
+        return _WHOLE_TYPE if res.node is None else res.node
 
     def _may_take(self, job: Job, option: Option, within: bool, inference: bool) -> bool:
         """Whether the job may stop (or shrink) the option's jobs now: none of them is stopping
@@ -1356,10 +1388,14 @@ class Scheduler:
                 waiting.add(v.id)
                 if v.spec.gpu_milli < MILLI:
                     self.shared.close(*shared_gpu(v.allocation))
+        alloc = plan.allocation
+        res = self._reservation_over(job, alloc.gpu_type, ctx)
+        if res is not None and res.covers(alloc):  # books the spare GPUs it takes, if any
+            fits_before(res, alloc.gpus, self._est_runtime(job, alloc.gpu_type, alloc.gpus), now)
         if waiting:
-            self._hold(job, plan.allocation, waiting)
+            self._hold(job, alloc, waiting)
         else:
-            self._start(job, plan.allocation, now)
+            self._start(job, alloc, now)
 
     def notice_s(self, grace: float) -> float:
         """How long a job given `grace` seconds of notice is expected to keep running: it saves
