@@ -1,7 +1,7 @@
 """EASY backfill (S6): a later job starts now only if it cannot delay the reserved start; a
 gang that needs one node holds one node."""
 
-from gpu_arbiter.domain import Allocation
+from gpu_arbiter.domain import Allocation, Team, Tier
 from gpu_arbiter.engine import Scheduler
 from gpu_arbiter.engine.backfill import Reservation, fits_before, node_free_at
 from tests.conftest import job
@@ -210,3 +210,23 @@ def test_a_tier_1_job_still_stops_tier_3_at_once_past_another_tier_1_reservation
     sched.submit(job("core", tier=1, gpus=8, duration=1e5, walltime_s=1e5), 2.0)
     decisions = cycle(sched, 2.0)
     assert set(preempts(decisions)) == {"quick"} and set(starts(decisions)) == {"core"}
+
+
+def test_a_tier_1_job_borrowing_at_tier_2_still_stops_tier_3_past_a_reservation():
+    """Tier 1 beyond its guarantee and the pool runs at tier 2 but keeps tier 1's precedence
+    over lower tiers: it stops a tier-3 borrower on GPUs another tier-1 job has reserved."""
+    teams = [Team("a", quota={"H100": 8}), Team("b", quota={"H100": 8}), Team("c")]  # pool 8
+    sched = Scheduler(cluster({"name": "r0", "nodes": 3, "power_cap_kw": 120.0}), teams)
+    sched.submit(job("short", team="b", tier=1, gpus=8, duration=1e3, walltime_s=1e3), 0.0)
+    sched.submit(job("long", team="c", tier=1, gpus=8, duration=1e6, walltime_s=1e6), 0.0)
+    sched.submit(job("quick", team="c", tier=3, gpus=4, duration=500.0, walltime_s=500.0), 0.0)
+    assert set(starts(cycle(sched, 0.0))) == {"short", "long", "quick"}  # long fills the pool
+    sched.submit(job("wide", team="a", tier=1, gpus=16, duration=100.0, walltime_s=100.0), 1.0)
+    assert starts(cycle(sched, 1.0)) == {}
+    assert sched._reservations["H100"].job_id == "wide"
+    sched.submit(job("core", team="c", tier=1, gpus=8, duration=1e5, walltime_s=1e5), 2.0)
+    order = preempts(cycle(sched, 2.0))
+    assert set(order) == {"quick"} and order["quick"].for_job == "core"
+    sched.stopped("quick", 62.0)
+    assert "core" in starts(cycle(sched, 62.0))
+    assert sched.jobs["core"].tier == Tier.BUSINESS and sched.jobs["core"].borrows_at_tier2
