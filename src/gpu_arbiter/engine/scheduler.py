@@ -1059,10 +1059,9 @@ class Scheduler:
         than by taking free GPUs (`_attempt`), unless it ends before the shadow time or fits
         in the spare GPUs. None: no bound; a node: the one held, to stay off; `_WHOLE_TYPE`:
         a count reservation, which bars the type. Not bound: a tier-1 job, which stops lower
-        tiers within a cycle (S1; it still may not take free GPUs past another tier-1 job's
-        reservation), also where it borrows at tier 2 (it keeps tier 1's precedence and
-        queueing target; bound too, Alibaba's gpushare20 had a tier-1 P99 of 14.9 min over
-        seeds 0-3, against 12.2), and an inference surge (S9).
+        tiers within a cycle (S1), also where it borrows at tier 2 (it keeps tier 1's
+        precedence and queueing target; bound too, Alibaba's gpushare20 had a tier-1 P99 of
+        14.9 min over seeds 0-3, against 12.2), and an inference surge (S9).
         Before, on Alibaba's gpuspec33 (seed 3) a flexible 2-GPU tier-2 pod stopped two
         tier-3 pods on G3, whose one node an 8-GPU tier-1 pod held a reservation on, and ran
         there for 215 h: the tier-1 pod, and three tier-2 8-GPU pods behind it, waited as
