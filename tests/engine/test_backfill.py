@@ -157,15 +157,21 @@ def test_a_node_reservation_counts_only_allocations_on_its_node():
 
 
 def test_a_later_job_does_not_stop_jobs_on_the_node_a_gang_waits_for():
-    """Stopping jobs is no way round a reservation: pushy (tier 2, long) could start only by
-    stopping quick on r0-n00, the node wide waits for; it waits, and wide starts on time."""
+    """Stopping jobs is no way round a reservation: quick runs on r0-n00, the node wide waits
+    for."""
     sched = draining()
     assert started_on(sched, 2.0, "core", tier=1, gpus=4) == ["r0-n01"]
     sched.submit(job("quick", tier=3, gpus=2, duration=500.0, walltime_s=500.0), 3.0)
     assert set(starts(cycle(sched, 3.0))) == {"quick"}  # it ends before wide's start
     assert node_of(sched, "quick") == ["r0-n00"]
-    sched.submit(job("pushy", tier=2, gpus=2, duration=1e5, walltime_s=1e5), 4.0)
-    decisions = cycle(sched, 4.0)
+    pushy_stops_nobody_and_wide_starts_on_time(sched, gpus=2, now=4.0)
+
+
+def pushy_stops_nobody_and_wide_starts_on_time(sched: Scheduler, gpus: int, now: float) -> None:
+    """pushy (tier 2, long) could start only by stopping quick, whose GPUs wide has reserved:
+    it stops nobody, and wide starts when short and quick have ended."""
+    sched.submit(job("pushy", tier=2, gpus=gpus, duration=1e5, walltime_s=1e5), now)
+    decisions = cycle(sched, now)
     assert preempts(decisions) == {} and starts(decisions) == {}
     sched.finished("quick", 500.0)
     sched.finished("short", 1000.0)
@@ -189,13 +195,7 @@ def three_nodes(wide_tier: int = 2) -> Scheduler:
 
 
 def test_a_later_job_that_would_delay_a_count_reservation_stops_nobody():
-    sched = three_nodes()
-    sched.submit(job("pushy", tier=2, gpus=8, duration=1e5, walltime_s=1e5), 2.0)
-    decisions = cycle(sched, 2.0)
-    assert preempts(decisions) == {} and starts(decisions) == {}
-    sched.finished("quick", 500.0)
-    sched.finished("short", 1000.0)
-    assert set(starts(cycle(sched, 1000.0))) == {"wide"}
+    pushy_stops_nobody_and_wide_starts_on_time(three_nodes(), gpus=8, now=2.0)
 
 
 def test_a_later_job_that_ends_before_the_reserved_start_may_still_stop_jobs():
