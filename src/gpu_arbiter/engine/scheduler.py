@@ -612,8 +612,7 @@ class Scheduler:
                     continue
                 if not self._power_stagger_ok(job, alloc, ctx):
                     continue
-                if res is not None and res.covers(alloc):
-                    fits_before(res, n, self._est_runtime(job, t, n), now)
+                self._book_spare(res, job, alloc, now)
                 self._start(job, alloc, now)
                 return None
         if self.policy.preemption and self._try_preempt(job, types, sizes[-1], now, ctx):
@@ -837,6 +836,12 @@ class Scheduler:
         rate = self.speed(job, gpu_type) * n / job.spec.gpus
         done = job.progress_s / job.spec.duration_s
         return job.spec.walltime_s * (1 - done) / rate
+
+    def _book_spare(self, res: Reservation | None, job: Job, alloc: Allocation, now: float) -> None:
+        """The job starts (or is held) on `alloc`: where that takes GPUs the reservation counts
+        on, book the spare GPUs it uses past the shadow time (`fits_before`)."""
+        if res is not None and res.covers(alloc):
+            fits_before(res, alloc.gpus, self._est_runtime(job, alloc.gpu_type, alloc.gpus), now)
 
     def _request(self, job: Job, gpu_type: str, n: int) -> Request:
         s = job.spec
@@ -1390,9 +1395,7 @@ class Scheduler:
                 if v.spec.gpu_milli < MILLI:
                     self.shared.close(*shared_gpu(v.allocation))
         alloc = plan.allocation
-        res = self._reservation_over(job, alloc.gpu_type, ctx)
-        if res is not None and res.covers(alloc):  # books the spare GPUs it takes, if any
-            fits_before(res, alloc.gpus, self._est_runtime(job, alloc.gpu_type, alloc.gpus), now)
+        self._book_spare(self._reservation_over(job, alloc.gpu_type, ctx), job, alloc, now)
         if waiting:
             self._hold(job, alloc, waiting)
         else:
