@@ -2,7 +2,9 @@
 
     python -m bench.trace_sweep DIR [--format gavel] [--cluster gavel:36:36:36]
                                     [--policies arbiter,fifo,...] [--seed 0] [--seeds 1]
-                                    [--arrival-scale 1] [--workers N]
+                                    [--arrival-scale 1] [--tier-field auto]
+                                    [--tier-map V=T,...] [--tier-mix 0.15,0.35,0.5]
+                                    [--workers N]
                                     [--out bench/results/trace-sweep]
 
 `arbiter bench` compares policies on one trace in depth; this asks the wider question of issue 3
@@ -34,13 +36,23 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table
 
 from gpu_arbiter.cli.bench import DEFAULT_GAVEL_CLUSTER, parse_policies
-from gpu_arbiter.cli.inputs import ARRIVAL_SCALE_HELP, check_arrival_scale, load_inputs
+from gpu_arbiter.cli.inputs import (
+    ARRIVAL_SCALE_HELP,
+    TIER_FIELD_HELP,
+    TIER_MAP_HELP,
+    TIER_MIX,
+    TIER_MIX_HELP,
+    check_arrival_scale,
+    load_inputs,
+    trace_options,
+)
 from gpu_arbiter.domain import InvalidInput
 from gpu_arbiter.engine.policies import POLICIES
 from gpu_arbiter.sim import SimConfig, simulate
 from gpu_arbiter.sim.faults import ReliabilityConfig
 from gpu_arbiter.sim.report import KPIS as REPORT_KPIS
 from gpu_arbiter.sim.report import Kpi, ties
+from gpu_arbiter.traces.base import TraceOptions
 
 OUT = Path(__file__).parent / "results" / "trace-sweep"
 SUFFIXES = (".trace", ".csv")
@@ -87,6 +99,7 @@ def run_trace(
     policies: list[str],
     seeds: list[int],
     arrival_scale: float = 1.0,
+    reading: TraceOptions | None = None,
 ) -> dict[str, object]:
     """One trace under every policy and seed (the seed draws the trace's tiers and teams, and
     the failures): {"jobs", "policies": {name: {KPI: mean over the seeds, KPI_by_seed:
@@ -95,7 +108,12 @@ def run_trace(
     try:
         for seed in seeds:
             inputs = load_inputs(
-                cluster, trace=path, fmt=fmt, seed=seed, arrival_scale=arrival_scale
+                cluster,
+                trace=path,
+                fmt=fmt,
+                seed=seed,
+                reading=reading,
+                arrival_scale=arrival_scale,
             )
             for name in policies:
                 config = SimConfig(reliability=ReliabilityConfig(seed=seed))
@@ -177,6 +195,7 @@ def markdown(meta: dict[str, object], rows: list[dict[str, object]]) -> str:
         "trace.",
         "",
     ]
+    lines += [f"Traces read with {meta['reading']}.", ""]
     lines += [f"- {line}" for line in summary(rows)]
     errors = sum(1 for r in rows if "error" in r)
     if errors:
@@ -197,6 +216,9 @@ def main(argv: list[str] | None = None) -> None:
         "--seeds", type=int, default=1, help="replay under --seed, --seed + 1, ...; KPIs are means"
     )
     parser.add_argument("--arrival-scale", type=float, default=1.0, help=ARRIVAL_SCALE_HELP)
+    parser.add_argument("--tier-field", default="auto", help=TIER_FIELD_HELP)
+    parser.add_argument("--tier-map", help=TIER_MAP_HELP)
+    parser.add_argument("--tier-mix", default=TIER_MIX, help=TIER_MIX_HELP)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
@@ -207,6 +229,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.seeds < 1:
             raise InvalidInput(f"--seeds must be at least 1, got {args.seeds}")
         check_arrival_scale(args.arrival_scale)
+        reading = trace_options(
+            tier_field=args.tier_field, tier_map=args.tier_map, tier_mix=args.tier_mix
+        )
     except InvalidInput as e:
         parser.error(str(e))
     seeds = list(range(args.seed, args.seed + args.seeds))
@@ -224,7 +249,14 @@ def main(argv: list[str] | None = None) -> None:
         task = progress.add_task("traces", total=len(files))
         futures = {
             pool.submit(
-                run_trace, f, args.format, args.cluster, policies, seeds, args.arrival_scale
+                run_trace,
+                f,
+                args.format,
+                args.cluster,
+                policies,
+                seeds,
+                args.arrival_scale,
+                reading,
             ): f
             for f in files
         }
@@ -237,6 +269,7 @@ def main(argv: list[str] | None = None) -> None:
         "folder": str(args.folder),
         "cluster": args.cluster,
         "arrival_scale": args.arrival_scale,
+        "reading": reading.describe(),
         "seeds": seeds,
         "policies": policies,
     }

@@ -1,5 +1,6 @@
 """`arbiter bench` as a user runs it: every requested policy lands in one results directory."""
 
+import csv
 import json
 import subprocess
 import sys
@@ -18,6 +19,12 @@ PLOTS = ("jct_cdf.png", "queue_delay_by_tier.png", "utilization_goodput.png")
 
 def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*ARBITER, *args], capture_output=True, text=True, timeout=120)
+
+
+def tiers_of(out: Path) -> set[str]:
+    """The tiers of the jobs in a bench run's fifo records."""
+    with (out / "fifo" / "records.csv").open() as f:
+        return {row["tier"] for row in csv.DictReader(f)}
 
 
 def assert_complete(out: Path, policies: tuple[str, ...]) -> dict:
@@ -121,3 +128,60 @@ def test_gavel_cluster_comes_from_the_spec_file_one_folder_up(tmp_path):
     (tmp_path / "cluster_specs_heterogeneous.json").write_text("[]")
     with pytest.raises(InvalidInput, match="cluster specs"):
         gavel_cluster_beside(tmp_path / "seed=0" / "x.trace")
+
+
+def test_tier_and_team_choices_decide_who_the_jobs_are_and_the_report_says_so(tmp_path):
+    """The Alibaba sample's qos picks tiers unless told otherwise: `--tier-field mix` draws
+    every tier from `--tier-mix` (here all tier 3), and `--tier-map` maps qos anew. The
+    report and results.json record the choices."""
+    alibaba = ("--trace", str(TRACES / "openb_pod_list_sample.csv"), "--format", "alibaba-v2023")
+    own = run("bench", *alibaba, "--policies", "fifo", "--out", str(tmp_path / "own"))
+    assert own.returncode == 0, own.stderr
+    assert len(tiers_of(tmp_path / "own")) > 1
+    out = tmp_path / "all3"
+    done = run(
+        "bench", *alibaba, "--policies", "fifo", "--tier-field", "mix", "--tier-mix", "0,0,1",
+        "--team-field", "gpu_spec", "--walltime", "exact", "--arrival-scale", "0.5",
+        "--out", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert tiers_of(out) == {"3"}
+    data = json.loads((out / "results.json").read_text())["trace"]
+    assert (data["tier_field"], data["tier_mix"]) == ("mix", [0.0, 0.0, 1.0])
+    assert (data["team_field"], data["walltime"]) == ("gpu_spec", "exact")
+    assert data["arrival_scale"] == 0.5
+    report = (out / "report.md").read_text()
+    assert "tiers drawn 0% / 0% / 100% (tiers 1 / 2 / 3); teams by gpu_spec" in report
+    assert "- arrival times x0.5" in report
+    mapped = tmp_path / "mapped"
+    done = run(
+        "bench", *alibaba, "--policies", "fifo", "--tier-map", "LS=3,BE=1",
+        "--out", str(mapped),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with (TRACES / "openb_pod_list_sample.csv").open() as f:
+        qos = {row["name"]: row["qos"] for row in csv.DictReader(f)}
+    with (mapped / "fifo" / "records.csv").open() as f:
+        tiers = {(qos[r["id"]], r["tier"]) for r in csv.DictReader(f)}
+    assert {("LS", "3"), ("BE", "1")} <= tiers
+    assert not {(q, t) for q, t in tiers if q in ("LS", "BE")} - {("LS", "3"), ("BE", "1")}
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--tier-mix", "0.5,0.5,0.5"), "tier_mix must sum to 1"),
+        (("--tier-mix", "1,0"), "--tier-mix '1,0': expected three numbers"),
+        (("--tier-map", "LS=0"), "expected VALUE=TIER pairs"),
+        (("--tier-field", "nope"), "tier_field 'nope' is not a field of this format"),
+        (("--tier-field", "gpu_spec"), "tier_field 'gpu_spec' needs a tier_map"),
+        (("--tier-field", "mix", "--tier-map", "LS=1"), "a tier_map needs a tier_field"),
+        (("--walltime", "daily"), "walltime must be round-hour, exact or none"),
+    ],
+)
+def test_bad_trace_choices_are_refused_before_anything_is_written(tmp_path, args, message):
+    alibaba = ("--trace", str(TRACES / "openb_pod_list_sample.csv"), "--format", "alibaba-v2023")
+    out = run("bench", *alibaba, *args, "--out", str(tmp_path / "b"))
+    assert out.returncode == 2
+    assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "b").exists()

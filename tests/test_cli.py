@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +107,17 @@ def test_job_bigger_than_the_cluster_is_refused(tmp_path):
     )
     assert out.returncode == 2
     assert "needs 8 GPUs" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_simulate_reads_a_trace_with_the_tiers_the_options_ask_for():
+    """Tiresias' format has no tier: `--tier-field` names a column and `--tier-map` maps its
+    values; the rest is drawn from `--tier-mix` (here all tier 3)."""
+    trace = Path(__file__).parent / "fixtures" / "traces" / "60_job.csv"
+    out = run(
+        "simulate", "--trace", str(trace), "--format", "tiresias", "--cluster", "small",
+        "--tier-field", "model_name", "--tier-map", "vgg19=1,alexnet=2", "--tier-mix", "0,0,1",
+        "--json",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    by_tier = {t: v["jobs"] for t, v in json.loads(out.stdout)["jct_by_tier"].items()}
+    assert by_tier == {"1": 6, "2": 6, "3": 48}

@@ -100,3 +100,24 @@ def test_a_bad_arrival_scale_is_refused(tmp_path: Path, scale: str) -> None:
     with pytest.raises(SystemExit):
         main([str(tmp_path), "--arrival-scale", scale, "--out", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()
+
+
+def test_tier_choices_reach_every_replay_and_the_table_says_so(tmp_path: Path) -> None:
+    """Every job at tier 3 (`--tier-mix 0,0,1` where the trace has no tiers): no tier-1 job,
+    so tier 1's mean JCT is 0 (with the default mix, 50 jobs include tier-1 jobs)."""
+    shutil.copy(FIXTURES / "gavel_msr_0e4a51_head.trace", tmp_path / "a.trace")
+    out = tmp_path / "out"
+    main([str(tmp_path), "--out", str(out), "--workers", "1", "--cluster", "gavel:4:4:4",
+          "--policies", "fifo,arbiter", "--tier-mix", "0,0,1"])  # fmt: skip
+    data = json.loads((out / "sweep.json").read_text())
+    assert data["reading"].startswith("tiers by the format's tier field, else drawn 0% / 0% / 100%")
+    assert "drawn 0% / 0% / 100%" in (out / "sweep.md").read_text()
+    for kpis in data["traces"][0]["policies"].values():
+        assert kpis["tier1_mean_jct_h"] == 0
+
+
+def test_a_bad_tier_mix_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    shutil.copy(FIXTURES / "gavel_small_test.trace", tmp_path / "a.trace")
+    with pytest.raises(SystemExit):
+        main([str(tmp_path), "--tier-mix", "1,1,1", "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()

@@ -133,6 +133,36 @@ def test_custom_teams_and_a_named_field_with_a_tier_map(traces_dir: Path) -> Non
     assert by_model["tiresias-15"] == Tier.BUSINESS  # alexnet
 
 
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"tier_field": "model_name"}, "tier_field 'model_name' needs a tier_map"),
+        ({"tier_map": {"vgg19": 1}}, "a tier_map needs a tier_field .* 'auto'"),
+        ({"tier_field": "mix", "tier_map": {"vgg19": 1}}, "a tier_map needs a tier_field"),
+    ],
+)
+def test_a_tier_field_without_its_map_or_a_map_without_a_field_is_refused(
+    traces_dir: Path, options: dict, message: str
+) -> None:
+    """Either way every job would silently be drawn from the mix."""
+    with pytest.raises(InvalidInput, match=message):
+        read_tiresias(traces_dir / "60_job.csv", TraceOptions(**options))
+
+
+def test_describe_says_how_jobs_got_tiers_teams_and_estimates() -> None:
+    assert TraceOptions().describe() == (
+        "tiers by the format's tier field, else drawn 15% / 35% / 50% (tiers 1 / 2 / 3); "
+        "teams the format's team field, else hashed; walltime estimates round-hour"
+    )
+    custom = TraceOptions(tier_field="qos", tier_map={"LS": 1}, team_field="hash", walltime="none")
+    assert custom.describe() == (
+        "tiers by qos (LS=1), else drawn 15% / 35% / 50% (tiers 1 / 2 / 3); teams hashed; "
+        "walltime estimates none"
+    )
+    all_tier_3 = TraceOptions(tier_field="mix", tier_mix=(0, 0, 1))
+    assert all_tier_3.describe().startswith("tiers drawn 0% / 0% / 100% (tiers 1 / 2 / 3); ")
+
+
 def test_a_team_field_the_format_lacks_is_refused_before_reading(traces_dir: Path) -> None:
     with pytest.raises(InvalidInput, match="'vc' is not a field"):
         read_tiresias(traces_dir / "60_job.csv", TraceOptions(team_field="vc"))

@@ -26,8 +26,17 @@ from gpu_arbiter.cli.inputs import (
     CLUSTER_HELP,
     NOTICE_STOP_HELP,
     NOTICE_STOP_S,
+    TIER_MIX,
+    LimitOption,
+    StrictOption,
+    TeamFieldOption,
+    TierFieldOption,
+    TierMapOption,
+    TierMixOption,
+    WalltimeOption,
     engine_config,
     load_inputs,
+    trace_options,
 )
 from gpu_arbiter.domain import InvalidInput
 from gpu_arbiter.engine.policies import POLICIES
@@ -108,8 +117,13 @@ def bench(
         typer.Option(help=CLUSTER_HELP + " Default: follows the trace (see `arbiter bench`)."),
     ] = None,
     load: Annotated[float, typer.Option(help="Offered load of the synthetic workload.")] = 0.9,
-    strict: Annotated[bool, typer.Option(help="Fail on the first bad trace row.")] = False,
-    limit: Annotated[int | None, typer.Option(help="Read at most this many trace jobs.")] = None,
+    strict: StrictOption = False,
+    limit: LimitOption = None,
+    tier_field: TierFieldOption = "auto",
+    tier_map: TierMapOption = None,
+    tier_mix: TierMixOption = TIER_MIX,
+    team_field: TeamFieldOption = "auto",
+    walltime: WalltimeOption = "round-hour",
     arrival_scale: Annotated[float, typer.Option(help=ARRIVAL_SCALE_HELP)] = 1.0,
     notice_stop: Annotated[float, typer.Option(help=NOTICE_STOP_HELP)] = NOTICE_STOP_S,
 ) -> None:
@@ -118,6 +132,7 @@ def bench(
     if seeds < 1:
         raise InvalidInput(f"--seeds must be >= 1, got {seeds}")
     engine = engine_config(notice_stop)
+    reading = trace_options(strict, limit, tier_field, tier_map, tier_mix, team_field, walltime)
     read = partial(
         load_inputs,
         cluster or default_cluster(trace, fmt),
@@ -125,8 +140,7 @@ def bench(
         load=load,
         trace=trace,
         fmt=fmt,
-        strict=strict,
-        limit=limit,
+        reading=reading,
         arrival_scale=arrival_scale,
     )
     inputs = read(seed=seed)
@@ -158,6 +172,8 @@ def bench(
         fmt=fmt if trace is not None else None,
         stats=inputs.stats,
         seed=seed,
+        options=reading if trace is not None else None,
+        arrival_scale=arrival_scale,
     )
     write_bench(out, source, results, runs)
     typer.echo(f"wrote {out / 'results.json'}, {out / 'report.md'} and plots")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
+import typer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpu_arbiter.domain import MILLI, Cluster, InvalidInput, JobSpec, Team, default_teams
@@ -16,7 +17,7 @@ from gpu_arbiter.domain.config_files import first_error, read_yaml_mapping
 from gpu_arbiter.domain.presets import PRESETS, resolve_cluster
 from gpu_arbiter.engine import EngineConfig
 from gpu_arbiter.traces.alibaba import alibaba_cluster
-from gpu_arbiter.traces.base import ReadStats, TraceOptions
+from gpu_arbiter.traces.base import AUTO, DEFAULT_TIER_MIX, ReadStats, TraceOptions
 from gpu_arbiter.traces.gavel import gavel_cluster
 from gpu_arbiter.traces.registry import read_trace
 from gpu_arbiter.traces.synthetic import synthetic_teams, synthetic_workload
@@ -114,6 +115,93 @@ def scale_arrivals(jobs: list[JobSpec], factor: float) -> list[JobSpec]:
     return [dataclasses.replace(j, submit_s=j.submit_s * factor) for j in jobs]
 
 
+# How a trace's jobs get tiers, teams and estimates (`TraceOptions`), shared by the commands
+# that read traces.
+TIER_FIELD_HELP = (
+    "Trace field whose value picks a job's tier: auto (the format's own: Alibaba qos, Gavel "
+    "priority_class; the other formats draw every tier from --tier-mix), mix (draw every "
+    "tier), or a field of the format, with --tier-map."
+)
+TIER_MAP_HELP = (
+    "VALUE=TIER pairs for --tier-field, comma separated (e.g. LS=1,Burstable=2,BE=3); a value "
+    "not listed draws its tier from --tier-mix. Default: the format's own map."
+)
+TIER_MIX = ",".join(f"{share:g}" for share in DEFAULT_TIER_MIX)
+TIER_MIX_HELP = (
+    "Shares of tiers 1, 2 and 3 among the jobs whose tier the trace does not give, drawn by a "
+    "seeded hash of the job id (0,0,1: every such job at tier 3)."
+)
+StrictOption = Annotated[bool, typer.Option(help="Fail on the first bad trace row.")]
+LimitOption = Annotated[int | None, typer.Option(help="Read at most this many trace jobs.")]
+TierFieldOption = Annotated[str, typer.Option(help=TIER_FIELD_HELP)]
+TierMapOption = Annotated[str | None, typer.Option(help=TIER_MAP_HELP)]
+TierMixOption = Annotated[str, typer.Option(help=TIER_MIX_HELP)]
+TeamFieldOption = Annotated[
+    str,
+    typer.Option(
+        help="Trace field whose value is a job's team: auto (Philly and Helios vc; the other "
+        "formats hash), hash (teams team-a .. team-f by a seeded hash of the user, else of "
+        "the job id), or a field of the format."
+    ),
+]
+WalltimeOption = Annotated[
+    str,
+    typer.Option(
+        help="Walltime estimate the schedulers get: round-hour (the run time rounded up to "
+        "whole hours, as users ask), exact, or none."
+    ),
+]
+
+
+def parse_tier_map(text: str) -> dict[str, int]:
+    """`LS=1,BE=3` → {"LS": 1, "BE": 3}."""
+    mapping: dict[str, int] = {}
+    for pair in text.split(","):
+        value, sep, tier = (part.strip() for part in pair.partition("="))
+        if not sep or not value or tier not in ("1", "2", "3"):
+            raise InvalidInput(
+                f"--tier-map {text!r}: expected VALUE=TIER pairs with TIER 1, 2 or 3, "
+                f"got {pair.strip()!r}"
+            )
+        if value in mapping:
+            raise InvalidInput(f"--tier-map {text!r}: {value!r} is given twice")
+        mapping[value] = int(tier)
+    return mapping
+
+
+def parse_tier_mix(text: str) -> tuple[float, float, float]:
+    """`0.15,0.35,0.5` → (0.15, 0.35, 0.5); `TraceOptions` checks that they add up to 1."""
+    try:
+        core, business, exploratory = (float(part) for part in text.split(","))
+    except ValueError:
+        raise InvalidInput(
+            f"--tier-mix {text!r}: expected three numbers, the shares of tiers 1, 2 and 3"
+        ) from None
+    return core, business, exploratory
+
+
+def trace_options(
+    strict: bool = False,
+    limit: int | None = None,
+    tier_field: str = AUTO,
+    tier_map: str | None = None,
+    tier_mix: str = TIER_MIX,
+    team_field: str = AUTO,
+    walltime: str = "round-hour",
+) -> TraceOptions:
+    """The `TraceOptions` the command-line options ask for, checked; `load_inputs` sets the
+    seed of each replay. Whether the fields exist is checked when the trace is opened."""
+    return TraceOptions(
+        team_field=team_field,
+        tier_field=tier_field,
+        tier_map=None if tier_map is None else parse_tier_map(tier_map),
+        tier_mix=parse_tier_mix(tier_mix),
+        walltime=walltime,  # TraceOptions refuses any but its three
+        limit=limit,
+        strict=strict,
+    )
+
+
 def demand_weights(jobs: Iterable[JobSpec]) -> dict[str, float]:
     """Each team's share of the trace's GPU demand (GPU-seconds of work, reference seconds
     times GPUs), as business weights. The default for trace replays: a cluster sizes each
@@ -134,13 +222,13 @@ def load_inputs(
     load: float = 0.9,
     trace: Path | None = None,
     fmt: str | None = None,
-    strict: bool = False,
-    limit: int | None = None,
+    reading: TraceOptions | None = None,
     arrival_scale: float = 1.0,
 ) -> Inputs:
-    """The cluster, teams and jobs to simulate. Trace teams get quotas and fair-share weights
-    in proportion to their GPU demand in the trace (`demand_weights`); `arrival_scale`
-    compresses or stretches a trace's arrivals (`scale_arrivals`)."""
+    """The cluster, teams and jobs to simulate. A trace is read with `reading` (defaults:
+    `TraceOptions`) under `seed`. Trace teams get quotas and fair-share weights in proportion
+    to their GPU demand in the trace (`demand_weights`); `arrival_scale` compresses or
+    stretches a trace's arrivals (`scale_arrivals`)."""
     if trace is None:
         topo = cluster_for(cluster)
         jobs = synthetic_workload(parse_synthetic(workload), seed, topo, load=load)
@@ -149,7 +237,7 @@ def load_inputs(
         raise InvalidInput(
             "--trace needs --format (alibaba-v2023, tiresias, gavel, philly, helios, pai2020)"
         )
-    options = TraceOptions(seed=seed, strict=strict, limit=limit)
+    options = dataclasses.replace(reading or TraceOptions(), seed=seed)
     specs, stats = read_trace(trace, fmt, options)
     topo = cluster_for(cluster, trace)
     jobs = scale_arrivals(list(specs), arrival_scale)

@@ -19,9 +19,18 @@ from gpu_arbiter.cli.inputs import (
     CLUSTER_HELP,
     NOTICE_STOP_HELP,
     NOTICE_STOP_S,
+    TIER_MIX,
+    LimitOption,
+    StrictOption,
+    TeamFieldOption,
+    TierFieldOption,
+    TierMapOption,
+    TierMixOption,
+    WalltimeOption,
     engine_config,
     load_inputs,
     load_teams,
+    trace_options,
     with_budget,
 )
 from gpu_arbiter.domain import InvalidInput
@@ -51,8 +60,13 @@ def simulate(
     load: Annotated[float, typer.Option(help="Offered load of the synthetic workload.")] = 0.9,
     trace: Annotated[Path | None, typer.Option(help="Replay this trace file instead.")] = None,
     fmt: Annotated[str | None, typer.Option("--format", help="Format of --trace.")] = None,
-    strict: Annotated[bool, typer.Option(help="Fail on the first bad trace row.")] = False,
-    limit: Annotated[int | None, typer.Option(help="Read at most this many trace jobs.")] = None,
+    strict: StrictOption = False,
+    limit: LimitOption = None,
+    tier_field: TierFieldOption = "auto",
+    tier_map: TierMapOption = None,
+    tier_mix: TierMixOption = TIER_MIX,
+    team_field: TeamFieldOption = "auto",
+    walltime: WalltimeOption = "round-hour",
     arrival_scale: Annotated[float, typer.Option(help=ARRIVAL_SCALE_HELP)] = 1.0,
     notice_stop: Annotated[float, typer.Option(help=NOTICE_STOP_HELP)] = NOTICE_STOP_S,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -85,7 +99,8 @@ def simulate(
     engine = engine_config(notice_stop)  # bad input fails before any trace is read
     if not budget_period_days > 0:
         raise InvalidInput(f"--budget-period-days must be > 0, got {budget_period_days}")
-    inputs = load_inputs(cluster, workload, seed, load, trace, fmt, strict, limit, arrival_scale)
+    reading = trace_options(strict, limit, tier_field, tier_map, tier_mix, team_field, walltime)
+    inputs = load_inputs(cluster, workload, seed, load, trace, fmt, reading, arrival_scale)
     if inputs.stats is not None:
         typer.echo(f"trace: {inputs.stats.summary()}", err=True)
     teams = inputs.teams

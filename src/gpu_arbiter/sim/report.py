@@ -27,7 +27,7 @@ from pathlib import Path
 from gpu_arbiter.metrics import JobRecord
 from gpu_arbiter.sim.plots import PLOTS
 from gpu_arbiter.sim.simulator import SimResult
-from gpu_arbiter.traces.base import ReadStats
+from gpu_arbiter.traces.base import ReadStats, TraceOptions
 
 RECORD_FIELDS = (
     "id",
@@ -49,12 +49,15 @@ RECORD_FIELDS = (
 @dataclass(frozen=True, slots=True)
 class BenchSource:
     """What was replayed: `workload` names it (a trace path or `synthetic:N`), `stats` is the
-    trace read summary (None for a synthetic workload)."""
+    trace read summary and `options` how it was read (both None for a synthetic workload),
+    `arrival_scale` the factor on the trace's arrival times."""
 
     workload: str
     fmt: str | None
     stats: ReadStats | None
     seed: int
+    options: TraceOptions | None = None
+    arrival_scale: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +169,8 @@ def results_json(
             "skipped": dict(stats.skipped),
             "bad": dict(stats.bad),
             "summary": stats.summary(),
+            "arrival_scale": source.arrival_scale,
+            **({} if source.options is None else _options_json(source.options)),
         },
         "cluster": {"name": first["cluster"], "gpus": first["gpus"]},
         "policies": {name: r.kpis for name, r in results.items()},
@@ -180,6 +185,18 @@ def results_json(
             if several
             else {}
         ),
+    }
+
+
+def _options_json(options: TraceOptions) -> dict:
+    """The reading choices that decide who the jobs are (the seed is the report's)."""
+    return {
+        "tier_field": options.tier_field,
+        "tier_map": None if options.tier_map is None else dict(options.tier_map),
+        "tier_mix": list(options.tier_mix),
+        "team_field": options.team_field,
+        "walltime": options.walltime,
+        "assignment": options.describe(),
     }
 
 
@@ -237,6 +254,10 @@ def report_markdown(
     ]
     if source.stats is not None:
         lines.append(f"- trace read ({source.fmt}): {source.stats.summary()}")
+    if source.options is not None:
+        lines.append(f"- {source.options.describe()}")
+    if source.arrival_scale != 1.0:
+        lines.append(f"- arrival times x{source.arrival_scale:g}")
     lines.append("")
     if several:
         lines += _seeds_table(runs)

@@ -47,7 +47,8 @@ class TraceOptions:
       Burstable → 2, BE → 3; Gavel `priority_class`, see `gavel.py`); `tier_map` None uses the
       format's default mapping. "mix" ignores the trace. A value missing from the mapping, and
       every job of a format without a usable field (Tiresias, Philly, Helios, PAI), gets a tier
-      drawn from `tier_mix` by a seeded hash of the job id.
+      drawn from `tier_mix` by a seeded hash of the job id. A field other than the format's
+      own needs a `tier_map`, and a `tier_map` a field (checked when the trace is opened).
     * `tier_mix`: shares of tiers 1, 2, 3; default 15% / 35% / 50%.
     * `walltime`: the user's estimate given to backfill. "round-hour" (default) is the observed
       run time rounded up to the next whole hour, as users ask for round time limits; "exact"
@@ -98,6 +99,22 @@ class TraceOptions:
             raise InvalidInput(f"trace options: time_scale must be > 0, got {self.time_scale}")
         if self.limit is not None and self.limit < 1:
             raise InvalidInput(f"trace options: limit must be >= 1, got {self.limit}")
+
+    def describe(self) -> str:
+        """How jobs get tiers, teams and walltime estimates, in words (for reports)."""
+        shares = " / ".join(f"{share:.0%}" for share in self.tier_mix)
+        drawn = f"drawn {shares} (tiers 1 / 2 / 3)"
+        if self.tier_field == MIX:
+            tiers = drawn
+        else:
+            field = "the format's tier field" if self.tier_field == AUTO else self.tier_field
+            if self.tier_map is not None:
+                field += " (" + ", ".join(f"{v}={t}" for v, t in self.tier_map.items()) + ")"
+            tiers = f"by {field}, else {drawn}"
+        teams = {AUTO: "the format's team field, else hashed", HASH: "hashed"}.get(
+            self.team_field, f"by {self.team_field}"
+        )
+        return f"tiers {tiers}; teams {teams}; walltime estimates {self.walltime}"
 
 
 @dataclass
@@ -248,6 +265,18 @@ class TraceReader(ABC):
                     f"{self.name} trace: {opt} {value!r} is not a field of this format; "
                     f"use {AUTO!r}, {special!r} or one of: {known}"
                 )
+        tier_field = self.tier_field if options.tier_field == AUTO else options.tier_field
+        if options.tier_map is None and tier_field not in (None, MIX, self.tier_field):
+            # The format's map is for its own field: every job would be drawn from the mix.
+            raise InvalidInput(
+                f"{self.name} trace: tier_field {tier_field!r} needs a tier_map "
+                "(which of its values is which tier)"
+            )
+        if options.tier_map is not None and tier_field in (None, MIX):
+            raise InvalidInput(
+                f"{self.name} trace: a tier_map needs a tier_field that names a field of the "
+                f"trace (tier_field is {options.tier_field!r})"
+            )
         stats = stats if stats is not None else ReadStats(source=str(located))
         return self._jobs(located, options, stats)
 
