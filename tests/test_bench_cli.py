@@ -147,6 +147,7 @@ def test_tier_and_team_choices_decide_who_the_jobs_are_and_the_report_says_so(tm
     assert done.returncode == 0, done.stderr
     assert tiers_of(out) == {"3"}
     data = json.loads((out / "results.json").read_text())["trace"]
+    assert data["tiers"] == {"drawn": data["jobs"]}
     assert (data["tier_field"], data["tier_mix"]) == ("mix", [0.0, 0.0, 1.0])
     assert (data["team_field"], data["walltime"]) == ("gpu_spec", "exact")
     assert data["arrival_scale"] == 0.5

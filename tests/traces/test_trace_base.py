@@ -149,6 +149,14 @@ def test_a_tier_field_without_its_map_or_a_map_without_a_field_is_refused(
         read_tiresias(traces_dir / "60_job.csv", TraceOptions(**options))
 
 
+def test_the_read_counts_where_each_tier_came_from(traces_dir: Path) -> None:
+    stats = ReadStats(source="60_job.csv")
+    options = TraceOptions(tier_field="model_name", tier_map={"vgg19": 1, "nope": 2})
+    assert len(list(read_tiresias(traces_dir / "60_job.csv", options, stats))) == 60
+    assert stats.tiers == {"by model_name": 6, "drawn": 54}
+    assert stats.summary().endswith("0 bad; tiers 6 by model_name, 54 drawn")
+
+
 def test_describe_says_how_jobs_got_tiers_teams_and_estimates() -> None:
     assert TraceOptions().describe() == (
         "tiers by the format's tier field, else drawn 15% / 35% / 50% (tiers 1 / 2 / 3); "

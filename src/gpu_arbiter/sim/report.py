@@ -168,6 +168,7 @@ def results_json(
             "jobs": stats.jobs,
             "skipped": dict(stats.skipped),
             "bad": dict(stats.bad),
+            "tiers": dict(stats.tiers),
             "summary": stats.summary(),
             "arrival_scale": source.arrival_scale,
             **({} if source.options is None else _options_json(source.options)),

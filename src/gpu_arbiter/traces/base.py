@@ -132,6 +132,7 @@ class ReadStats:
     skipped: Counter[str] = field(default_factory=Counter)
     bad: Counter[str] = field(default_factory=Counter)
     bad_rows: dict[str, list[int]] = field(default_factory=dict)
+    tiers: Counter[str] = field(default_factory=Counter)  # jobs by "by FIELD" or "drawn"
 
     def add_bad(self, row: int, reason: str) -> None:
         self.bad[reason] += 1
@@ -154,6 +155,8 @@ class ReadStats:
                 more = ", ..." if n > len(self.bad_rows[reason]) else ""
                 parts.append(f"{reason} {n}: rows {rows}{more}")
             text += " (" + "; ".join(parts) + ")"
+        if self.tiers:
+            text += "; tiers " + ", ".join(f"{n} {how}" for how, n in sorted(self.tiers.items()))
         return text
 
 
@@ -289,11 +292,12 @@ class TraceReader(ABC):
         assign = _Assigner(self, options)
         for record, row in self._candidates(read_pass, options, report):
             try:
-                spec = assign.spec(record, origin)
+                spec, tier_source = assign.spec(record, origin)
             except InvalidInput as exc:
                 report.bad(row, "job", str(exc))
                 continue
             stats.jobs += 1
+            stats.tiers[tier_source] += 1
             yield spec
 
     def _candidates(
@@ -346,17 +350,19 @@ class _Assigner:
             int(unit_hash(self.options.seed, "team", record.user or record.id) * len(teams))
         ]
 
-    def tier(self, record: TraceRecord) -> Tier:
+    def tier(self, record: TraceRecord) -> tuple[Tier, str]:
+        """The record's tier, and where it came from: "by FIELD" or "drawn"."""
         if self.tier_field not in (None, MIX):
             mapped = self.tier_map.get(record.fields.get(self.tier_field, ""))
             if mapped is not None:
-                return Tier(mapped)
+                return Tier(mapped), f"by {self.tier_field}"
         u = unit_hash(self.options.seed, "tier", record.id)
         if u < self.tier_edges[0]:
-            return Tier.CORE
-        return Tier.BUSINESS if u < self.tier_edges[1] else Tier.EXPLORATORY
+            return Tier.CORE, "drawn"
+        return (Tier.BUSINESS if u < self.tier_edges[1] else Tier.EXPLORATORY), "drawn"
 
-    def spec(self, record: TraceRecord, origin: float) -> JobSpec:
+    def spec(self, record: TraceRecord, origin: float) -> tuple[JobSpec, str]:
+        """The job, and where its tier came from (`tier`)."""
         opts = self.options
         to_reference = (opts.source_speed or record.source_speed) * opts.time_scale
         if opts.walltime == "round-hour":
@@ -365,10 +371,11 @@ class _Assigner:
             walltime = record.run_s * to_reference
         else:
             walltime = None
-        return JobSpec(
+        tier, tier_source = self.tier(record)
+        spec = JobSpec(
             id=record.id,
             team=self.team(record),
-            tier=self.tier(record),
+            tier=tier,
             gpus=record.gpus,
             duration_s=record.run_s * to_reference,
             submit_s=(record.submit_s - origin) * opts.time_scale,
@@ -378,6 +385,7 @@ class _Assigner:
             user=record.user,
             command=record.command,
         )
+        return spec, tier_source
 
 
 def unit_hash(seed: int, salt: str, key: str) -> float:
