@@ -233,6 +233,11 @@ class TraceReader(ABC):
     tier_field: str | None = None
     tier_map: Mapping[str, int] = {}
 
+    def tier_field_for(self, options: TraceOptions) -> str | None:
+        """The field the options read tiers from: the format's own for "auto" (None: it has
+        none), else as given ("mix": none)."""
+        return self.tier_field if options.tier_field == AUTO else options.tier_field
+
     def locate(self, path: Path) -> Path:
         """The file to read for `path`; refuses one that does not exist."""
         if not path.is_file():
@@ -268,7 +273,7 @@ class TraceReader(ABC):
                     f"{self.name} trace: {opt} {value!r} is not a field of this format; "
                     f"use {AUTO!r}, {special!r} or one of: {known}"
                 )
-        tier_field = self.tier_field if options.tier_field == AUTO else options.tier_field
+        tier_field = self.tier_field_for(options)
         if options.tier_map is None and tier_field not in (None, MIX, self.tier_field):
             # The format's map is for its own field: every job would be drawn from the mix.
             raise InvalidInput(
@@ -335,7 +340,7 @@ class _Assigner:
     def __init__(self, reader: TraceReader, options: TraceOptions) -> None:
         self.options = options
         self.team_field = reader.team_field if options.team_field == AUTO else options.team_field
-        self.tier_field = reader.tier_field if options.tier_field == AUTO else options.tier_field
+        self.tier_field = reader.tier_field_for(options)
         self.tier_map = reader.tier_map if options.tier_map is None else options.tier_map
         mix = options.tier_mix
         self.tier_edges = (mix[0], mix[0] + mix[1])
