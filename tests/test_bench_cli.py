@@ -21,10 +21,10 @@ def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*ARBITER, *args], capture_output=True, text=True, timeout=120)
 
 
-def tiers_of(out: Path) -> set[str]:
-    """The tiers of the jobs in a bench run's fifo records."""
+def fifo_records(out: Path) -> list[dict[str, str]]:
+    """The job records of a bench run's fifo policy."""
     with (out / "fifo" / "records.csv").open() as f:
-        return {row["tier"] for row in csv.DictReader(f)}
+        return list(csv.DictReader(f))
 
 
 def assert_complete(out: Path, policies: tuple[str, ...]) -> dict:
@@ -137,7 +137,7 @@ def test_tier_and_team_choices_decide_who_the_jobs_are_and_the_report_says_so(tm
     alibaba = ("--trace", str(TRACES / "openb_pod_list_sample.csv"), "--format", "alibaba-v2023")
     own = run("bench", *alibaba, "--policies", "fifo", "--out", str(tmp_path / "own"))
     assert own.returncode == 0, own.stderr
-    assert len(tiers_of(tmp_path / "own")) > 1
+    assert len({r["tier"] for r in fifo_records(tmp_path / "own")}) > 1
     out = tmp_path / "all3"
     done = run(
         "bench", *alibaba, "--policies", "fifo", "--tier-field", "mix", "--tier-mix", "0,0,1",
@@ -145,7 +145,7 @@ def test_tier_and_team_choices_decide_who_the_jobs_are_and_the_report_says_so(tm
         "--out", str(out),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert tiers_of(out) == {"3"}
+    assert {r["tier"] for r in fifo_records(out)} == {"3"}
     data = json.loads((out / "results.json").read_text())["trace"]
     assert data["tiers"] == {"drawn": data["jobs"]}
     assert (data["tier_field"], data["tier_mix"]) == ("mix", [0.0, 0.0, 1.0])
@@ -162,8 +162,7 @@ def test_tier_and_team_choices_decide_who_the_jobs_are_and_the_report_says_so(tm
     assert done.returncode == 0, done.stderr
     with (TRACES / "openb_pod_list_sample.csv").open() as f:
         qos = {row["name"]: row["qos"] for row in csv.DictReader(f)}
-    with (mapped / "fifo" / "records.csv").open() as f:
-        tiers = {(qos[r["id"]], r["tier"]) for r in csv.DictReader(f)}
+    tiers = {(qos[r["id"]], r["tier"]) for r in fifo_records(mapped)}
     assert {("LS", "3"), ("BE", "1")} <= tiers
     assert not {(q, t) for q, t in tiers if q in ("LS", "BE")} - {("LS", "3"), ("BE", "1")}
 
