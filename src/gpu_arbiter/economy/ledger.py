@@ -219,6 +219,12 @@ class Ledger:
         """Credits already refunded of a charge."""
         return self._refunded.get(charge.seq if isinstance(charge, Entry) else charge, 0.0)
 
+    def refundable(self, charge: Entry) -> float:
+        """Credits of a charge that may still be refunded. Never below 0: refunds may exceed
+        what is left by a rounding error (`_append`), so the charge less its refunds can come
+        out a hair below 0, which no refund may be."""
+        return max(0.0, charge.credits - self.refunded(charge))
+
     def check_balanced(self) -> None:
         """Raise `LedgerError` unless every entry and the whole book sum to zero."""
         for e in self._entries:
