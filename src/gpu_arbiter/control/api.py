@@ -25,6 +25,7 @@ from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi_offline import FastAPIOffline
 from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
@@ -155,7 +156,10 @@ def create_app(service: Service, reports_dir: Path | None = None) -> FastAPI:
             service.backend.shutdown()
             db.dispose()
 
-    app = FastAPI(
+    # /docs (Swagger UI) and /redoc from assets packaged with fastapi-offline: FastAPI's own
+    # pages load them from a CDN and stay blank on a cluster without internet access.
+    app = FastAPIOffline(
+        static_url="/docs-static",
         title="Arbiter",
         version="0.1.0",
         summary="Who gets which GPUs: jobs, nodes, teams, quotas, prices, ledger, telemetry.",
