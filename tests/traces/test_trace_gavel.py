@@ -4,9 +4,17 @@ from pathlib import Path
 
 import pytest
 
+from gpu_arbiter.cli.inputs import load_inputs
 from gpu_arbiter.domain import InvalidInput, Tier
 from gpu_arbiter.traces.base import ReadStats, TraceOptions
-from gpu_arbiter.traces.gavel import THROUGHPUTS, V100, gavel_cluster, read_gavel, throughput
+from gpu_arbiter.traces.gavel import (
+    DURATION_WARNING,
+    THROUGHPUTS,
+    V100,
+    gavel_cluster,
+    read_gavel,
+    throughput,
+)
 
 
 def test_a_ten_field_line_becomes_a_job_sized_by_v100_throughput(traces_dir: Path) -> None:
@@ -64,3 +72,47 @@ def test_cluster_packs_each_type_into_8_gpu_nodes_and_8_node_racks() -> None:
 def test_a_malformed_cluster_spec_is_refused(spec: str) -> None:
     with pytest.raises(InvalidInput, match="v100:p100:k80"):
         gavel_cluster(spec)
+
+
+def test_a_fork_layout_with_a_mode_column_reads_it_as_a_field(traces_dir: Path) -> None:
+    jobs = list(read_gavel(traces_dir / "gavel_fork_mode.trace"))
+    assert [(j.id, j.gpus, j.submit_s) for j in jobs] == [
+        ("gavel-1", 2, 0),
+        ("gavel-2", 2, 30),
+        ("gavel-3", 1, 60),
+    ]
+    v100 = THROUGHPUTS["Transformer (batch size 128)"][0]
+    assert jobs[0].duration_s == pytest.approx(346 / (v100 * 2) * V100.speed)
+    assert jobs[2].tier == Tier.CORE  # priority weight 2 sits after the mode column
+    by_mode = read_gavel(
+        traces_dir / "gavel_fork_mode.trace",
+        TraceOptions(team_field="mode"),
+    )
+    assert [j.team for j in by_mode] == ["static", "accordion", "gns"]
+
+
+def test_a_fork_layout_with_durations_uses_them_and_warns_where_steps_disagree(
+    traces_dir: Path,
+) -> None:
+    stats = ReadStats(source="g")
+    jobs = list(read_gavel(traces_dir / "gavel_fork_duration.trace", None, stats))
+    assert [j.duration_s / V100.speed for j in jobs] == pytest.approx([60, 50, 3600, 100])
+    assert stats.bad_rows == {"duration": [5]}
+    # Rows 3 and 4 are 60x and 20x off the run time their steps give; row 2's 1.7x is not.
+    assert stats.warned_rows == {DURATION_WARNING: [3, 4]}
+    assert stats.summary().endswith(
+        "; WARNING: 2 jobs have a duration over 2x off the run time their steps give (rows 3, 4)"
+    )
+
+
+def test_a_file_no_row_of_which_has_a_known_layout_says_what_was_expected(
+    traces_dir: Path,
+) -> None:
+    stats = ReadStats(source="g")
+    assert list(read_gavel(traces_dir / "gavel_wrong_columns.trace", None, stats)) == []
+    assert stats.summary() == (
+        "g: 3 rows, 0 jobs, 0 skipped, 3 bad (columns 3: rows 1, 2, 3 (expected 10 (Gavel), "
+        "7 (msr), 11 or 12 (forks with mode, duration) tab-separated fields, got 9))"
+    )
+    with pytest.raises(InvalidInput, match="tab-separated fields, got 9"):
+        load_inputs("gavel:36:36:36", trace=traces_dir / "gavel_wrong_columns.trace", fmt="gavel")

@@ -123,7 +123,10 @@ class ReadStats:
 
     `skipped` counts rows that are valid but are not GPU jobs to replay (cpu_only,
     zero_duration, unfinished, ...); `bad` counts rows that could not be read, by field, with
-    the first few row numbers of each in `bad_rows`.
+    the first few row numbers of each in `bad_rows` and the first message in `bad_first`
+    (shown when no row at all could be read: it says what the reader expected). `warned`
+    counts jobs read whose values disagree with each other, by what is wrong, with the first
+    few row numbers in `warned_rows`.
     """
 
     source: str
@@ -133,10 +136,20 @@ class ReadStats:
     bad: Counter[str] = field(default_factory=Counter)
     bad_rows: dict[str, list[int]] = field(default_factory=dict)
     tiers: Counter[str] = field(default_factory=Counter)  # jobs by "by FIELD" or "drawn"
+    bad_first: dict[str, str] = field(default_factory=dict)
+    warned: Counter[str] = field(default_factory=Counter)
+    warned_rows: dict[str, list[int]] = field(default_factory=dict)
 
-    def add_bad(self, row: int, reason: str) -> None:
+    def add_bad(self, row: int, reason: str, message: str = "") -> None:
         self.bad[reason] += 1
+        self.bad_first.setdefault(reason, message)
         kept = self.bad_rows.setdefault(reason, [])
+        if len(kept) < _KEPT_ROW_NUMBERS:
+            kept.append(row)
+
+    def add_warning(self, row: int, what: str) -> None:
+        self.warned[what] += 1
+        kept = self.warned_rows.setdefault(what, [])
         if len(kept) < _KEPT_ROW_NUMBERS:
             kept.append(row)
 
@@ -151,13 +164,24 @@ class ReadStats:
         if self.bad:
             parts = []
             for reason, n in sorted(self.bad.items()):
-                rows = ", ".join(map(str, self.bad_rows[reason]))
-                more = ", ..." if n > len(self.bad_rows[reason]) else ""
-                parts.append(f"{reason} {n}: rows {rows}{more}")
+                part = f"{reason} {n}: rows {_rows(self.bad_rows[reason], n)}"
+                if not self.jobs and self.bad_first.get(reason):
+                    part += f" ({self.bad_first[reason]})"
+                parts.append(part)
             text += " (" + "; ".join(parts) + ")"
         if self.tiers:
             text += "; tiers " + ", ".join(f"{n} {how}" for how, n in sorted(self.tiers.items()))
+        if self.warned:
+            text += "; WARNING: " + "; ".join(
+                f"{n} jobs {what} (rows {_rows(self.warned_rows[what], n)})"
+                for what, n in sorted(self.warned.items())
+            )
         return text
+
+
+def _rows(kept: list[int], n: int) -> str:
+    """The row numbers kept of `n`, with "..." where there were more."""
+    return ", ".join(map(str, kept)) + (", ..." if n > len(kept) else "")
 
 
 class BadField(Exception):
@@ -195,6 +219,8 @@ class TraceRecord:
     gpu_types: Mapping[str, float] = field(default_factory=dict)
     user: str | None = None
     command: str | None = None
+    # What is suspect about a job that is still read (see `ReadStats.warned`).
+    warnings: tuple[str, ...] = ()
 
 
 class Reporter:
@@ -212,7 +238,7 @@ class Reporter:
     def bad(self, row: int, field_name: str, message: str) -> None:
         if self.strict:
             raise InvalidInput(f"{self.source}: row {row}: {field_name}: {message}")
-        self.stats.add_bad(row, self.prefix + field_name)
+        self.stats.add_bad(row, self.prefix + field_name, message)
 
 
 RecordPass = Callable[[Reporter], Generator[tuple[int, Any], None, None]]
@@ -331,6 +357,8 @@ class TraceReader(ABC):
                     report.bad(row, "id", f"duplicate job id {parsed.id!r}")
                     continue
                 seen.add(parsed.id)
+                for what in parsed.warnings:
+                    report.stats.add_warning(row, what)
                 yield parsed, row
 
 

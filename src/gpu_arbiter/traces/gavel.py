@@ -1,19 +1,28 @@
 """Gavel traces (Narayanan et al., OSDI '20; github.com/stanford-futuredata/gavel).
 
-`.trace` files are tab-separated, one job a line, in two layouts:
+`.trace` files are tab-separated, one job a line, in the layouts of Gavel and its forks, told
+apart by their number of fields:
 
-* 10 fields (`physical_cluster/*.trace`): job_type, command, working_directory,
-  num_steps_arg, needs_data_dir, total_steps, scale_factor, priority_weight, SLO, arrival_time;
-* 7 fields (`msr/seed=*/*.trace`, the older layout): job_type, command, num_steps_arg,
-  needs_data_dir, total_steps, arrival_time, scale_factor.
+* 10 (Gavel's current layout, `physical_cluster/*.trace`): job_type, command,
+  working_directory, num_steps_arg, needs_data_dir, total_steps, scale_factor,
+  priority_weight, SLO, arrival_time;
+* 7 (`msr/seed=*/*.trace`, the older layout): job_type, command, num_steps_arg,
+  needs_data_dir, total_steps, arrival_time, scale_factor;
+* 11 (forks such as Shockwave, NSDI '23): the 10 with `mode` (static, accordion, gns: how
+  the job adapts its batch size) after scale_factor;
+* 12 (the same forks): the 11 with `duration` (seconds on a V100, the fork's reference)
+  before arrival_time.
 
 A job is `gavel-<line>` with `scale_factor` GPUs, submitted at `arrival_time` (seconds). Its
 work is `total_steps`; the throughputs Gavel measured are not shipped with the traces, so
 `THROUGHPUTS` holds isolated steps/s per job type and GPU (the "null" entries of Gavel's
 `scheduler/oracle_throughputs.json`, rounded to 3 figures). Multi-GPU jobs are assumed to
-scale linearly. The run time on V100s is `total_steps / (steps/s on V100 * scale_factor)`,
-which is how Gavel sizes its generated jobs; the job accepts V100, P100 and K80 (those with a
-non-zero throughput) at speed 0.35 (the catalog V100) times its throughput ratio to V100.
+scale linearly. The run time on V100s is the trace's `duration` where it has one, else
+`total_steps / (steps/s on V100 * scale_factor)`, which is how Gavel sizes its generated jobs;
+where both exist and differ by more than `DURATION_MISMATCH` times, the read warns (a fork
+that measured other throughputs, or multi-GPU jobs that do not scale linearly). The job accepts
+V100, P100 and K80 (those with a non-zero throughput) at speed 0.35 (the catalog V100) times
+its throughput ratio to V100.
 
 Tier from `priority_weight` (Gavel's fair-share weight, 1 by default and in every shipped
 trace) through the derived field `priority_class`: weight > 1 → "high" → tier 1, < 1 → "low"
@@ -77,21 +86,23 @@ THROUGHPUTS: dict[str, tuple[float, float, float]] = {
     "A3C": (8.23, 4.75, 3.83),
     "CycleGAN": (4.92, 2.45, 0.529),
 }
-# Column positions of the two layouts, by field count.
+# Column positions of each layout, by field count.
+_CURRENT = {"job_type": 0, "command": 1, "total_steps": 5, "scale_factor": 6}
 _LAYOUTS: dict[int, dict[str, int]] = {
-    10: {
-        "job_type": 0,
-        "command": 1,
-        "total_steps": 5,
-        "scale_factor": 6,
-        "priority_weight": 7,
-        "SLO": 8,
-        "arrival_time": 9,
-    },
+    10: {**_CURRENT, "priority_weight": 7, "SLO": 8, "arrival_time": 9},
     7: {"job_type": 0, "command": 1, "total_steps": 4, "arrival_time": 5, "scale_factor": 6},
+    11: {**_CURRENT, "mode": 7, "priority_weight": 8, "SLO": 9, "arrival_time": 10},
+    12: {**_CURRENT, "mode": 7, "priority_weight": 8, "SLO": 9, "duration": 10, "arrival_time": 11},
 }
+_EXPECTED = (
+    "expected 10 (Gavel), 7 (msr), 11 or 12 (forks with mode, duration) tab-separated fields"
+)
+# How far (a ratio either way) a trace's duration and the run time its steps give may differ
+# before the read warns.
+DURATION_MISMATCH = 2.0
+DURATION_WARNING = f"have a duration over {DURATION_MISMATCH:g}x off the run time their steps give"
 _BATCH = re.compile(r"^(?P<family>.+?) \(batch size (?P<size>\d+)\)$")
-_FIELDS = frozenset(("job_type", "family", "priority_weight", "priority_class", "SLO"))
+_FIELDS = frozenset(("job_type", "family", "priority_weight", "priority_class", "SLO", "mode"))
 PRIORITY_TIERS: Mapping[str, int] = {"high": 1, "low": 3}
 
 
@@ -131,7 +142,7 @@ class GavelReader(TraceReader):
     def parse(self, row: int, record: Any) -> TraceRecord | Skip:
         layout = _LAYOUTS.get(len(record))
         if layout is None:
-            raise BadField("columns", f"expected 10 (or 7) tab-separated fields, got {len(record)}")
+            raise BadField("columns", f"{_EXPECTED}, got {len(record)}")
         col = {name: record[i] for name, i in layout.items()}
         job_type, weight = col["job_type"], col.get("priority_weight", "1")
         steps, scale, arrival = col["total_steps"], col["scale_factor"], col["arrival_time"]
@@ -151,6 +162,14 @@ class GavelReader(TraceReader):
         if priority <= 0:
             raise BadField("priority_weight", f"must be > 0, got {priority}")
         v100 = per_gpu[0]
+        from_steps = total_steps / (v100 * gpus)
+        run_s, warnings = from_steps, ()
+        if "duration" in col:
+            run_s = as_float(col["duration"], "duration")
+            if not (run_s > 0 and math.isfinite(run_s)):
+                raise BadField("duration", f"must be a positive number, got {run_s}")
+            if max(run_s / from_steps, from_steps / run_s) > DURATION_MISMATCH:
+                warnings = (DURATION_WARNING,)
         speeds = {
             t.name: V100.speed * rate / v100
             for t, rate in zip(GAVEL_GPU_TYPES, per_gpu, strict=True)
@@ -160,7 +179,7 @@ class GavelReader(TraceReader):
         return TraceRecord(
             id=f"gavel-{row}",
             submit_s=submit,
-            run_s=total_steps / (v100 * gpus),
+            run_s=run_s,
             gpus=gpus,
             gpu_types=speeds,
             source_speed=V100.speed,
@@ -170,8 +189,10 @@ class GavelReader(TraceReader):
                 "priority_weight": weight.strip(),
                 "priority_class": "high" if priority > 1 else "low" if priority < 1 else "normal",
                 "SLO": col.get("SLO", "-1").strip(),
+                "mode": col.get("mode", "static").strip(),
             },
             command=col["command"].strip() or None,
+            warnings=warnings,
         )
 
 
