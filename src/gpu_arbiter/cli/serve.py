@@ -2,7 +2,8 @@
 
 SQLite file by default (`--db arbiter.db`), PostgreSQL with `--db postgresql://user@host/db`.
 On a fresh database an admin token is created, written to STATE_DIR/admin.token and printed
-once; `--admin-token` (or ARBITER_ADMIN_TOKEN) sets it instead.
+once; `--admin-token` (or ARBITER_ADMIN_TOKEN) sets it instead. `--config FILE` reads every
+option from a TOML file (`serve_config`, docs/configuration.md); the command line wins over it.
 """
 
 from __future__ import annotations
@@ -17,18 +18,32 @@ from typing import Annotated, Any, Literal
 
 import typer
 
+from gpu_arbiter.cli import serve_config
 from gpu_arbiter.control.api import build_service, create_app
 from gpu_arbiter.control.auth import Principal, bootstrap_admin
 from gpu_arbiter.control.loop import ControlLoop, ServerConfig
 from gpu_arbiter.control.schemas import NodeRegister
-from gpu_arbiter.domain import InvalidInput
 
 
 def register(app: typer.Typer) -> None:
     app.command("serve")(serve)
 
 
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether the option was set on the command line or through its environment variable
+    (compared by name: typer releases differ in which click their sources come from)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
+
+
+def _print_config_reference(value: bool) -> None:
+    if value:
+        typer.echo(serve_config.reference_markdown(), nl=False)
+        raise typer.Exit()
+
+
 def serve(
+    ctx: typer.Context,
     db: Annotated[
         str, typer.Option("--db", help="SQLite file, sqlite:///PATH or postgresql://...")
     ] = "arbiter.db",
@@ -77,18 +92,39 @@ def serve(
     image: Annotated[
         str, typer.Option(help="Container image Kubernetes job pods run the command in.")
     ] = "python:3.11-slim",
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            envvar="ARBITER_CONFIG",
+            help="TOML file of these options (docs/configuration.md); the command line wins.",
+        ),
+    ] = None,
+    print_config_reference: Annotated[
+        bool,
+        typer.Option(
+            "--print-config-reference",
+            is_eager=True,
+            callback=_print_config_reference,
+            help="Print the configuration file's reference (Markdown) and exit.",
+        ),
+    ] = False,
 ) -> None:
     """Run the control plane: REST API, scheduling loop and a local, Slurm or Kubernetes
     backend. With Slurm or Kubernetes the nodes come from the executor's own inventory."""
     import uvicorn
 
-    for name, value in (("--tier2-grace", tier2_grace), ("--min-grace", min_grace)):
-        if value < 0:
-            raise InvalidInput(f"{name} must be >= 0, got {value}")
-    if heartbeat_timeout <= 0 or cycle_interval < 0:
-        raise InvalidInput("--heartbeat-timeout must be > 0 and --cycle-interval >= 0")
-    if not 0 < port < 65536:
-        raise InvalidInput(f"--port must be in 1..65535, got {port}")
+    given = {name for name in ctx.params if _given(ctx, name)}
+    opts = serve_config.resolve(config, ctx.params, given)
+    # The validated, merged values take the place of the parameters of the same names.
+    db, host, port, state_dir = opts.db, opts.host, opts.port, opts.state_dir
+    admin_token, policy, public_url, log_level = (
+        opts.admin_token, opts.policy, opts.public_url, opts.log_level
+    )  # fmt: skip
+    tier2_grace, min_grace = opts.tier2_grace, opts.min_grace
+    heartbeat_timeout, cycle_interval = opts.heartbeat_timeout, opts.cycle_interval
+    reports, backend, slurm_partition = opts.reports, opts.backend, opts.slurm_partition
+    kubeconfig, namespace, image = opts.kubeconfig, opts.namespace, opts.image
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     state_dir = state_dir.resolve()
     url = public_url or f"http://{host}:{port}"
