@@ -1,3 +1,4 @@
+import json
 import math
 
 import pytest
@@ -238,3 +239,86 @@ def test_a_jobs_net_charges_equal_price_times_gpu_seconds_it_pays_for(
         )
     )
     ledger.check_balanced()
+
+
+def _accrue(ledger: Ledger, spec: JobSpec, cuts: list[float]) -> list:
+    """Charge a running segment in pieces [cuts[0], cuts[1]), [cuts[1], cuts[2]), ..."""
+    pieces = []
+    for a, b in zip(cuts, cuts[1:], strict=False):
+        pieces += MODEL.charge_segment(
+            ledger, spec, gpu_type="H100", tier=1, gpus=8, start=a, end=b, preemptible=False
+        )
+    return pieces
+
+
+def _close(ledger: Ledger, spec: JobSpec, accrued: list, end: float, lost_from=None) -> list:
+    return MODEL.close_segment(
+        ledger,
+        spec,
+        accrued,
+        gpu_type="H100",
+        tier=1,
+        gpus=8,
+        start=0.0,
+        end=end,
+        preemptible=False,
+        lost_from=lost_from,
+    )
+
+
+@pytest.mark.parametrize("interval", [None, 600.0])
+def test_a_segment_charged_while_it_ran_costs_what_one_charge_at_its_end_would(interval):
+    """Accrued pieces plus the close post the same net credits as one charge at the end, lost
+    work included: a job that checkpoints gets back the lost seconds already charged."""
+    for lost_from in (None, 50.0, 150.0, 290.0):
+        whole, live = Ledger(), Ledger()
+        spec = _spec(interval)
+        MODEL.charge_segment(
+            whole,
+            spec,
+            gpu_type="H100",
+            tier=1,
+            gpus=8,
+            start=0.0,
+            end=300.0,
+            preemptible=False,
+            lost_from=lost_from,
+        )
+        accrued = _accrue(live, spec, [0.0, 60.0, 120.0, 180.0, 240.0])
+        rest = _close(live, spec, accrued, 300.0, lost_from)
+        assert _net(live) == pytest.approx(_net(whole))
+        live.check_balanced()
+        assert [e for e in rest if e.kind == "charge"][0].start == 240.0  # only the remainder
+        for refund in (e for e in rest if e.kind == "refund"):
+            charge = live.entries()[refund.refund_of]
+            assert refund.reason == FAILURE_ABSORBED and interval is not None
+            if charge.reason == LOST_WORK:
+                continue  # the rest's own lost work, refunded whole
+            assert charge.start <= refund.start < refund.end <= charge.end
+            seconds = refund.end - refund.start
+            assert refund.credits == pytest.approx(charge.credits * seconds / 60.0)
+
+
+def test_seconds_charged_past_a_run_s_real_end_are_refunded_naming_them():
+    """The driver learns late that the run ended at 100 s (it was down): what it charged for
+    [100, 180) goes back, naming those seconds."""
+    ledger = Ledger()
+    spec = _spec()
+    accrued = _accrue(ledger, spec, [0.0, 60.0, 120.0, 180.0])
+    rest = _close(ledger, spec, accrued, 100.0)
+    assert [(e.kind, e.reason, e.start, e.end) for e in rest] == [
+        ("refund", "ended-earlier", 100.0, 120.0),
+        ("refund", "ended-earlier", 120.0, 180.0),
+    ]
+    assert _net(ledger) == pytest.approx(3.5 * 8 * 100 / HOUR)
+
+
+def test_a_refund_cannot_name_seconds_outside_its_charge():
+    ledger = Ledger()
+    [charge] = _accrue(ledger, _spec(), [0.0, 60.0])
+    with pytest.raises(InvalidInput, match="not all in charge"):
+        ledger.refund(charge, 0.1, "x", at=70.0, start=30.0, end=70.0)
+    assert len(ledger) == 1
+    refund = ledger.refund(charge, 0.1, "x", at=70.0, start=30.0, end=60.0)
+    copy = Ledger.from_lines(json.dumps(e.to_json()) for e in ledger.entries())
+    assert copy.entries()[-1] == refund

@@ -1,9 +1,11 @@
 """Admission (S2, E1, E4): the tier a job really runs at and the quota book."""
 
 from gpu_arbiter.domain import MILLI, Team, Tier
+from gpu_arbiter.engine import Scheduler
 from gpu_arbiter.engine.admission import QuotaBook, admitted_tier
 from gpu_arbiter.engine.config import EngineConfig
 from tests.conftest import job
+from tests.engine.helpers import cluster, cycle, preempts
 
 CFG = EngineConfig()
 
@@ -72,3 +74,17 @@ def test_the_most_tier1_can_hold_is_the_guarantee_and_the_whole_pool():
     book.tier1_excess[("b", "H100")] = 3 * MILLI  # in use now, but it may free up
     assert book.tier1_most("a", "H100") == 12 * MILLI
     assert book.tier1_most("c", "H100") == 4 * MILLI  # no guarantee: the pool only
+
+
+def test_a_running_job_demoted_for_a_spent_budget_becomes_a_victim_of_its_new_tier():
+    """A tier-1 job is never a victim (S1); once its team's budget ran out mid-run the driver
+    demotes it (E1) and another team's tier-1 job may stop it."""
+    sched = Scheduler(cluster({"name": "r0", "nodes": 1}), [Team("a"), Team("b")])
+    sched.submit(job("old", team="a", tier=1, gpus=8, duration=1e5), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("new", team="b", tier=1, gpus=8, duration=1e5), 5.0)
+    assert preempts(cycle(sched, 5.0)) == {}
+    assert sched.demote("old", Tier.EXPLORATORY, 10.0)
+    assert not sched.demote("old", Tier.BUSINESS, 10.0)  # never raised again
+    assert list(preempts(cycle(sched, 11.0))) == ["old"]
+    assert sched.jobs["old"].tier == Tier.EXPLORATORY

@@ -68,7 +68,16 @@ from gpu_arbiter.domain import (
 )
 from gpu_arbiter.domain.events import JobFailed, JobPlaced, NodeDown, NodeUp
 from gpu_arbiter.domain.team import check_quotas
-from gpu_arbiter.economy import Budgets, ChargeModel, Ledger, PriceTable, is_preemptible
+from gpu_arbiter.economy import (
+    CHARGE,
+    RUN,
+    Budgets,
+    ChargeModel,
+    Entry,
+    Ledger,
+    PriceTable,
+    is_preemptible,
+)
 from gpu_arbiter.economy.chargeback import LOST_WORK, RERUN
 from gpu_arbiter.engine import EngineConfig
 from gpu_arbiter.reliability.health import HealthMonitor, HealthReport
@@ -100,17 +109,21 @@ class ServerConfig:
     idle_cycle_s: float = 5.0
     tick_s: float = 0.25
     max_batch: int = 512
+    # Running jobs are charged for the seconds they held their GPUs at least this often (E5).
+    accrue_s: float = 60.0
 
 
 @dataclass(slots=True)
 class _Segment:
-    """The run segment a job is in: what it holds since when, for its charge when it ends."""
+    """The run segment a job is in: what it holds since when, and up to when it was charged
+    while it ran (`billed_to`, from the ledger after a restart)."""
 
     start: float
     gpu_type: str
     gpus: int
     tier: int
     borrowed: bool
+    billed_to: float
 
 
 @dataclass(slots=True)
@@ -194,6 +207,7 @@ class ControlLoop:
         self._last_cycle = 0.0
         self._last_tick = 0.0
         self._last_observed = 0.0
+        self._last_accrual = 0.0
         self._wakeup = math.inf
         self.last_cycle_result: Any = None
         self.burn: dict[str, float] = {}
@@ -429,12 +443,14 @@ class ControlLoop:
             if row["state"] == "running":
                 running_rows[row["id"]] = row
                 if row["seg_start"] is not None:
+                    accrued = self._accrued(row["id"], row["seg_start"])
                     self.segs[row["id"]] = _Segment(
                         row["seg_start"],
                         row["seg_gpu_type"],
                         row["seg_gpus"],
                         row["seg_tier"],
                         row["seg_borrowed"],
+                        accrued[-1].end if accrued else row["seg_start"],
                     )
         plan = reconcile(running_rows, self.backend.running())
         for job_id in plan.orphans:
@@ -510,6 +526,8 @@ class ControlLoop:
         if self.budgets.budgets:
             if self.budgets.open_period(now):
                 self._changed = True
+        if now - self._last_accrual >= self.cfg.accrue_s:
+            self._accrue(tx)
         if self.sched is None:
             return
         due = self._changed and now - self._last_cycle >= self.cfg.cycle_interval_s
@@ -619,7 +637,7 @@ class ControlLoop:
         job = self.sched.jobs[job_id]
         live = self.live[job_id]
         by_node = {self.sched.cluster.nodes[n].name: list(g) for n, g in alloc.slots}
-        self.segs[job_id] = _Segment(tx.now, alloc.gpu_type, alloc.gpus, job.tier, borrowed)
+        self.segs[job_id] = _Segment(tx.now, alloc.gpu_type, alloc.gpus, job.tier, borrowed, tx.now)
         values = {
             "allocation": {"gpu_type": alloc.gpu_type, "nodes": by_node},
             "seg_start": tx.now,
@@ -767,13 +785,16 @@ class ControlLoop:
             tx.after.append(lambda: self.backend.stop(job_id, 0.0))
 
     def _close_segment(self, tx: _Tx, job_id: str, lost_from: float | None = None) -> None:
+        """Charge what is left of the job's run segment: the seconds since it was last charged
+        (`_accrue`), or less when the accrued charges went too far."""
         seg = self.segs.pop(job_id, None)
         live = self.live.get(job_id)
         if seg is None or live is None:
             return
-        self.charges.charge_segment(
+        self.charges.close_segment(
             self.ledger,
             live.spec,
+            self._accrued(job_id, seg.start),
             gpu_type=seg.gpu_type,
             tier=seg.tier,
             gpus=seg.gpus,
@@ -782,6 +803,74 @@ class ControlLoop:
             preemptible=is_preemptible(seg.tier, seg.borrowed),
             lost_from=lost_from,
         )
+
+    def _accrued(self, job_id: str, seg_start: float) -> list[Entry]:
+        """The charges posted for the job's run segment that began at `seg_start` while it
+        ran; the ledger is their only record, so a restart never charges their seconds twice.
+        (Charges of earlier segments all begin before it.)"""
+        return [
+            e
+            for e in self.ledger.audit(job_id)
+            if e.kind == CHARGE and e.reason == RUN and e.start is not None and e.start >= seg_start
+        ]
+
+    def _accrue(self, tx: _Tx) -> None:
+        """Charge every running job for the seconds it held its GPUs since it was last charged
+        (E5): spend, burn and budgets see running work, not only runs that ended. Then a team
+        whose budget is spent has its running jobs run as its budget allows (`_exhausted`)."""
+        for job_id, seg in self.segs.items():
+            live = self.live.get(job_id)
+            if live is None or tx.now <= seg.billed_to:
+                continue
+            self.charges.charge_segment(
+                self.ledger,
+                live.spec,
+                gpu_type=seg.gpu_type,
+                tier=seg.tier,
+                gpus=seg.gpus,
+                start=seg.billed_to,
+                end=tx.now,
+                preemptible=is_preemptible(seg.tier, seg.borrowed),
+            )
+            seg.billed_to = tx.now
+        self._last_accrual = tx.now
+        self._exhausted(tx)
+
+    def _exhausted(self, tx: _Tx) -> None:
+        """Running jobs of a team that has spent its budget run at the tier an exhausted budget
+        allows (E1, `BudgetPolicy.exhausted_tier`) from now on, as new ones are admitted: they
+        become victims of that tier and are billed at its price in a new run segment."""
+        if self.sched is None or not self.budgets.budgets:
+            return
+        cap = self.budgets.policy.exhausted_tier
+        broke = {t for t in self.budgets.budgets if not self.budgets.can_spend(t, tx.now)}
+        if not broke:
+            return
+        for job_id, job in list(self.sched.running.items()):
+            if job.team not in broke or job.tier >= cap or job_id not in self.segs:
+                continue
+            self.sched.demote(job_id, cap, tx.now)
+            old = self.segs[job_id]
+            self._close_segment(tx, job_id)
+            self.segs[job_id] = _Segment(
+                tx.now, old.gpu_type, old.gpus, int(cap), job.borrowed, tx.now
+            )
+            self.live[job_id].tier = int(cap)
+            reason = f"budget of team {job.team} spent: runs at tier {int(cap)}"
+            tx.conn.execute(
+                update(JOBS)
+                .where(JOBS.c.id == job_id)
+                .values(
+                    tier=int(cap),
+                    reason=reason,
+                    seg_start=tx.now,
+                    seg_tier=int(cap),
+                    seg_borrowed=job.borrowed,
+                )
+            )
+            self._audit(tx, SCHEDULER, "demote", job_id, tier=int(cap), reason=reason)
+            log.info("job %s: %s", job_id, reason)
+            self._changed = True
 
     def _flush_ledger(self, tx: _Tx) -> None:
         new = self.ledger.entries(since=self._persisted)

@@ -7,6 +7,7 @@ Imports only `gpu_arbiter.domain` and third-party libraries.
 
 from gpu_arbiter.economy.budget import DEFAULT_PERIOD_S, BudgetPolicy, Budgets
 from gpu_arbiter.economy.chargeback import (
+    ENDED_EARLIER,
     FAILURE_ABSORBED,
     LOST_WORK,
     RERUN,
@@ -33,6 +34,7 @@ from gpu_arbiter.economy.tco import TcoConfig, TcoOption, TcoResult, evaluate, r
 __all__ = [
     "CHARGE",
     "DEFAULT_PERIOD_S",
+    "ENDED_EARLIER",
     "FAILURE_ABSORBED",
     "GRANT",
     "LOST_WORK",

@@ -27,6 +27,12 @@ preemptible tier or borrowed capacity, and the price reflects that). A driver th
 at an elastic resize passes each piece as its own segment; `lost_from` before a segment's start
 is clamped to it, because the earlier piece is already posted and entries are immutable.
 
+Live cost (E5). The control plane charges a running segment as time passes ("run" charges of
+consecutive pieces [start, t1), [t1, t2), ...), so spend and budgets see running jobs, then
+closes it with `close_segment`, which posts only the rest. What the pieces charged that the close
+would not have (seconds after a run's real end, learnt late; lost work of a job that checkpoints)
+is refunded from the piece that charged it, naming those seconds.
+
 So for every job: net charges = Σ price × GPU-seconds / 3600 × (1 - discount) over the GPU-seconds
 it held, less those lost to failures while it checkpoints. The other half of E3, demoting a job
 that disabled checkpointing one tier after such a failure, is the engine's rule
@@ -37,7 +43,7 @@ only, and a driver bills each segment at the tier the job ran it at.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gpu_arbiter.domain import MILLI, InvalidInput, Job, JobSpec, Tier
@@ -48,6 +54,7 @@ RUN = "run"
 RERUN = "rerun"
 LOST_WORK = "lost-work"
 FAILURE_ABSORBED = "failure-absorbed"
+ENDED_EARLIER = "ended-earlier"
 
 
 def is_preemptible(tier: Tier | int, borrowed: bool) -> bool:
@@ -168,6 +175,72 @@ class ChargeModel:
                 lost = post(cut, end, LOST_WORK, lost_useful)
                 entries += [lost, ledger.refund(lost, lost.credits, FAILURE_ABSORBED, at=end)]
         return entries
+
+    def close_segment(
+        self,
+        ledger: Ledger,
+        spec: JobSpec,
+        accrued: Sequence[Entry],
+        *,
+        gpu_type: str,
+        tier: Tier | int,
+        gpus: int,
+        start: float,
+        end: float,
+        preemptible: bool,
+        lost_from: float | None = None,
+    ) -> list[Entry]:
+        """Post what is left of a run segment whose first seconds were charged while it ran:
+        `accrued` are those "run" charges, in order, covering [start, the last one's end).
+
+        The seconds after them are charged as `charge_segment` would (lost work included).
+        Accrued seconds after `end` (the run ended before the driver last charged it) are
+        refunded as "ended-earlier"; accrued seconds after `lost_from` of a job that
+        checkpoints are refunded as "failure-absorbed", as if they had been charged as lost
+        work. A job that disabled checkpointing already paid for its lost accrued seconds,
+        which is what it pays for re-runs anyway."""
+        billed_to = accrued[-1].end if accrued else start
+        assert billed_to is not None
+        entries: list[Entry] = []
+        if end > billed_to:
+            entries += self.charge_segment(
+                ledger,
+                spec,
+                gpu_type=gpu_type,
+                tier=tier,
+                gpus=gpus,
+                start=billed_to,
+                end=end,
+                preemptible=preemptible,
+                lost_from=lost_from,
+            )
+        absorbed = lost_from is not None and spec.checkpoint_interval_s is not None
+        for charge in accrued:
+            a, b = charge.start, charge.end
+            assert a is not None and b is not None
+            if absorbed:
+                assert lost_from is not None
+                entries += _give_back(ledger, charge, max(a, lost_from), min(b, end), end)
+            entries += _give_back(ledger, charge, max(a, end), b, end, ENDED_EARLIER)
+        return entries
+
+
+def _give_back(
+    ledger: Ledger,
+    charge: Entry,
+    a: float,
+    b: float,
+    at: float,
+    reason: str = FAILURE_ABSORBED,
+) -> list[Entry]:
+    """Refund the seconds [a, b) of `charge` (none when the interval is empty)."""
+    assert charge.start is not None and charge.end is not None
+    if b <= a or charge.end <= charge.start:
+        return []
+    credits = min(charge.credits * (b - a) / (charge.end - charge.start), ledger.refundable(charge))
+    if credits <= 0:
+        return []
+    return [ledger.refund(charge, credits, reason, at=at, start=a, end=b)]
 
 
 def _gpu_count(spec: JobSpec, gpus: int) -> float:

@@ -15,7 +15,8 @@ A charge carries the job id, GPU type, tier, GPU count and the interval [start, 
 it, with `gpu_seconds = gpus × (end - start)`, plus the list price and discount it was billed at,
 so `credits == price × gpu_seconds / 3600 × (1 - discount)` can be rechecked by an auditor. A
 refund names the charge it returns (`refund_of`) and can never return more than that charge less
-its earlier refunds.
+its earlier refunds; a refund of some of a charge's seconds names them too ([start, end), inside
+the charge's interval), so an audit still adds up to job-seconds.
 
 Entries are frozen and the ledger has no update or delete: a mistake is corrected by a refund.
 `to_jsonl`/`from_jsonl` write and read one JSON object per line; reading re-validates every entry
@@ -174,8 +175,17 @@ class Ledger:
             )
         )
 
-    def refund(self, of_entry: Entry | int, credits: float, reason: str, at: float) -> Entry:
-        """Return `credits` of an earlier charge to its team."""
+    def refund(
+        self,
+        of_entry: Entry | int,
+        credits: float,
+        reason: str,
+        at: float,
+        start: float | None = None,
+        end: float | None = None,
+    ) -> Entry:
+        """Return `credits` of an earlier charge to its team; `start`/`end` name the seconds of
+        the charge returned when it is not all of them."""
         seq = of_entry.seq if isinstance(of_entry, Entry) else of_entry
         original = self._charge_at(seq, len(self._entries))
         if isinstance(of_entry, Entry) and of_entry != original:
@@ -190,6 +200,8 @@ class Ledger:
                 postings=_postings(REFUND, original.team, float(credits)),
                 reason=reason,
                 job_id=original.job_id,
+                start=_opt_float(start),
+                end=_opt_float(end),
                 refund_of=seq,
             )
         )
@@ -283,6 +295,13 @@ class Ledger:
                 )
             if (entry.team, entry.job_id) != (original.team, original.job_id):
                 raise InvalidInput(f"refund: team and job must match charge {original.seq}")
+            if entry.start is not None:
+                assert entry.end is not None and original.start is not None
+                if entry.start < original.start or entry.end > (original.end or 0.0):
+                    raise InvalidInput(
+                        f"refund: seconds [{entry.start}, {entry.end}) are not all in charge "
+                        f"{original.seq} [{original.start}, {original.end})"
+                    )
         self._entries.append(entry)
         for p in entry.postings:
             self._by_account.setdefault(p.account, []).append(entry.seq)
@@ -347,6 +366,12 @@ def _check(e: Entry, seq: int) -> None:
         raise InvalidInput(f"{where}: postings do not match a balanced {e.kind}")
     if e.kind == REFUND and e.refund_of is None:
         raise InvalidInput(f"{where}: a refund needs refund_of")
+    if e.kind == REFUND and (e.start is not None or e.end is not None):
+        _finite(e.start, "start", where)
+        _finite(e.end, "end", where)
+        assert e.start is not None and e.end is not None
+        if e.end < e.start:
+            raise InvalidInput(f"{where}: end ({e.end}) must not be before start ({e.start})")
     if e.kind != CHARGE:
         return
     if not e.job_id or not e.gpu_type or e.tier is None:

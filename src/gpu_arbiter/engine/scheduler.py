@@ -338,6 +338,30 @@ class Scheduler:
         if not busy:
             self.spares.refill(node)
 
+    def demote(self, job_id: str, tier: Tier, now: float) -> bool:
+        """A running job keeps its GPUs at `tier` from now on, a lower priority than it runs
+        at (its team's budget ran out mid-run, E1): a victim as any job of that tier, first to
+        lose borrowed capacity. Returns whether its tier changed; a tier is never raised."""
+        job = self._running(job_id)
+        if tier <= job.tier:
+            return False
+        t = job.allocation.gpu_type
+        self.quota.add(job.team, t, job.tier, -job.milli_held)
+        del self.running_by_tier[(t, int(job.tier))][job.id]
+        changed = self.team_jobs[(job.team, t)].remove(job)
+        job.tier, job.borrows_at_tier2 = Tier(tier), False
+        self.quota.add(job.team, t, job.tier, job.milli_held)
+        self.running_by_tier[(t, int(job.tier))][job.id] = job
+        changed += self._borrowing(job.team, t).add(job)
+        self._rebalance(job.team, t, changed)
+        # A new victim: preemption searches that failed before may succeed now.
+        self._flips[t] += 1
+        self._changed(t, freed=False)
+        self._dirty = True
+        if self.policy.preemption:
+            self._started_at = now
+        return True
+
     # -- the cycle -------------------------------------------------------------------------
 
     def cycle(self, now: float) -> CycleResult:

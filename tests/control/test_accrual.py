@@ -1,0 +1,175 @@
+"""Live cost (E1, E5): running jobs are charged as they run, once per second held, across
+restarts; a team that spends its budget mid-run has its running jobs capped at the tier an
+exhausted budget allows."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+
+from gpu_arbiter.backends.base import Placement, Running
+from gpu_arbiter.control.auth import Principal
+from gpu_arbiter.control.loop import ControlLoop, ServerConfig
+from gpu_arbiter.control.schemas import JobSubmit, NodeRegister, TeamPut
+from gpu_arbiter.control.store import open_database
+from gpu_arbiter.domain import JobStopped
+
+ADMIN = Principal("admin", None, 0)
+
+
+class Executor:
+    """A backend that runs whatever it is told to until told to stop, and then stops it."""
+
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, Placement] = {}
+        self.events: list = []
+
+    def start(self, placement: Placement) -> None:
+        self.jobs[placement.job_id] = placement
+
+    def stop(self, job_id: str, grace_s: float) -> None:
+        if self.jobs.pop(job_id, None) is not None:
+            self.events.append(JobStopped(job_id, time.time()))
+
+    def poll(self) -> list:
+        events, self.events = self.events, []
+        return events
+
+    def running(self) -> list[Running]:
+        return [Running(j, list(p.gpus_by_node)) for j, p in self.jobs.items()]
+
+
+def advance(loop: ControlLoop, seconds: float) -> float:
+    """Move the loop's wall clock ahead by hand (`_now` never goes back, so a floor ahead of
+    the real time is the time the loop sees); returns the new time."""
+    loop._last_now = max(loop._last_now, time.time()) + seconds
+    return loop._last_now
+
+
+@pytest.fixture
+def db(tmp_path):
+    engine = open_database(str(tmp_path / "a.db"))
+    yield engine
+    engine.dispose()
+
+
+def new_loop(db, tmp_path, executor: Executor) -> ControlLoop:
+    # No agent sends heartbeats here: the node must not be found silent when time jumps.
+    cfg = ServerConfig(state_dir=tmp_path, accrue_s=60.0, heartbeat_timeout_s=1e9)
+    loop = ControlLoop(db, executor, cfg)  # type: ignore[arg-type]
+    loop._load()
+    return loop
+
+
+def call(loop: ControlLoop, fn, *args):
+    return loop._transaction(lambda tx: fn(tx, *args))
+
+
+def tick(loop: ControlLoop) -> None:
+    """A tick one second later (a cycle runs at most every `cycle_interval_s`)."""
+    loop._last_now += 1.0
+    loop._transaction(loop._tick)
+
+
+def row(loop: ControlLoop, job_id: str) -> dict:
+    with loop._begin() as conn:
+        return loop.job_row(conn, job_id)
+
+
+def submit(loop: ControlLoop, team: str, gpus: int, tier: int, **kw) -> str:
+    req = JobSubmit(command="sleep 3600", gpus=gpus, tier=tier, team=team, **kw)
+    row, _ = call(loop, loop.cmd_submit, ADMIN, req, None, "h")
+    return row["id"]
+
+
+def setup(loop: ControlLoop, budgets: dict[str, float | None], quota: int = 0) -> None:
+    """One 8-GPU node; team "a" with `quota` GPUs guaranteed, the others none."""
+    call(loop, loop.cmd_register_node, ADMIN, "n1", NodeRegister(gpu_type="H100", gpus=8))
+    for team, budget in budgets.items():
+        put = TeamPut(budget_per_period=budget, quota={"H100": quota} if team == "a" else {})
+        call(loop, loop.cmd_put_team, ADMIN, team, put)
+    tick(loop)
+
+
+def charges(loop: ControlLoop, job_id: str) -> list:
+    return [e for e in loop.ledger.audit(job_id) if e.kind == "charge"]
+
+
+def test_a_running_job_is_charged_as_it_runs_and_a_restart_charges_no_second_twice(db, tmp_path):
+    executor = Executor()
+    loop = new_loop(db, tmp_path, executor)
+    advance(loop, 86_400)
+    setup(loop, {"a": None}, quota=8)
+    job = submit(loop, "a", gpus=4, tier=1)
+    tick(loop)
+    started = row(loop, job)["started_at"]
+    assert job in executor.jobs and started == loop._last_now
+
+    advance(loop, 119)
+    tick(loop)  # 120 s after the start
+    first = charges(loop, job)
+    assert [(e.start, e.end, e.gpu_seconds) for e in first] == [(started, started + 120, 480)]
+    assert loop.spent["a"] == pytest.approx(3.5 * 4 * 120 / 3600)
+
+    advance(loop, 29)
+    tick(loop)  # less than a minute since the last charge: nothing yet
+    assert len(charges(loop, job)) == 1
+    advance(loop, 39)
+    tick(loop)
+    assert charges(loop, job)[-1].end == started + 190
+
+    # A restart reads what was charged from the ledger: the end charges only the rest.
+    loop2 = new_loop(db, tmp_path, executor)
+    assert loop2.sched is not None and job in loop2.sched.running
+    loop2._last_now = started + 200
+    call(loop2, loop2.cmd_cancel, ADMIN, job)
+    pieces = charges(loop2, job)
+    assert [(e.start, e.end) for e in pieces] == [
+        (started, started + 120),
+        (started + 120, started + 190),
+        (started + 190, started + 200),
+    ]
+    assert math.fsum(e.gpu_seconds for e in pieces) == pytest.approx(4 * 200)
+    assert all(e.reason == "run" for e in pieces)
+    loop2.ledger.check_balanced()
+    assert loop2.spent["a"] == pytest.approx(3.5 * 4 * 200 / 3600)
+
+
+def test_a_team_that_spends_its_budget_mid_run_runs_on_at_the_exhausted_tier(db, tmp_path):
+    executor = Executor()
+    loop = new_loop(db, tmp_path, executor)
+    advance(loop, 86_400)
+    # 10 credits: 8 borrowed H100s at tier 1 (1.6 credits/GPU-h) spend them in 2812 s.
+    setup(loop, {"a": 10.0, "b": None})
+    job = submit(loop, "a", gpus=8, tier=1)
+    tick(loop)
+    assert job in executor.jobs
+    assert loop.budgets.can_spend("a", loop._last_now)
+
+    advance(loop, 1800)
+    tick(loop)
+    assert loop.budgets.can_spend("a", loop._last_now) and row(loop, job)["tier"] == 1
+    advance(loop, 1800)
+    tick(loop)
+    assert not loop.budgets.can_spend("a", loop._last_now)
+    assert loop.sched is not None and int(loop.sched.jobs[job].tier) == 3
+    now = row(loop, job)
+    assert now["state"] == "running" and now["tier"] == 3 and "budget" in now["reason"]
+    demoted_at = loop._last_now
+    # From now on it is billed at the exhausted tier's (preemptible) price.
+    advance(loop, 60)
+    tick(loop)
+    last = charges(loop, job)[-1]
+    assert (int(last.tier), last.preemptible, last.start) == (3, True, demoted_at)
+
+    # ... and it is a tier-3 victim: another team's tier-1 job takes its GPUs.
+    other = submit(loop, "b", gpus=8, tier=1)
+    tick(loop)  # the victim is told to stop ...
+    tick(loop)  # ... and once it has, the tier-1 job starts
+    assert job not in executor.jobs and other in executor.jobs
+    assert row(loop, job)["state"] == "pending"
+    loop.ledger.check_balanced()
