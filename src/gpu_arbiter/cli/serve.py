@@ -4,6 +4,10 @@ SQLite file by default (`--db arbiter.db`), PostgreSQL with `--db postgresql://u
 On a fresh database an admin token is created, written to STATE_DIR/admin.token and printed
 once; `--admin-token` (or ARBITER_ADMIN_TOKEN) sets it instead. `--config FILE` reads every
 option from a TOML file (`serve_config`, docs/configuration.md); the command line wins over it.
+
+One serve per state directory and database (`control.lease`): a second one refuses with one
+line naming the first, before it touches anything, unless it is started with `--standby`: then
+it waits until the first one is gone and takes over (with PostgreSQL, from another host too).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import typer
 from gpu_arbiter.cli import serve_config
 from gpu_arbiter.control.api import build_service, create_app
 from gpu_arbiter.control.auth import Principal, bootstrap_admin
+from gpu_arbiter.control.lease import Lease
 from gpu_arbiter.control.loop import ControlLoop, ServerConfig
 from gpu_arbiter.control.schemas import NodeRegister
 
@@ -109,6 +114,14 @@ def serve(
             help="Print the configuration file's reference (Markdown) and exit.",
         ),
     ] = False,
+    standby: Annotated[
+        bool,
+        typer.Option(
+            "--standby",
+            help="When another serve holds this state dir or database, wait and take over "
+            "when it is gone (instead of refusing).",
+        ),
+    ] = False,
 ) -> None:
     """Run the control plane: REST API, scheduling loop and a local, Slurm or Kubernetes
     backend. With Slurm or Kubernetes the nodes come from the executor's own inventory."""
@@ -125,9 +138,14 @@ def serve(
     heartbeat_timeout, cycle_interval = opts.heartbeat_timeout, opts.cycle_interval
     reports, backend, slurm_partition = opts.reports, opts.backend, opts.slurm_partition
     kubeconfig, namespace, image = opts.kubeconfig, opts.namespace, opts.image
+    standby = opts.standby
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     state_dir = state_dir.resolve()
     url = public_url or f"http://{host}:{port}"
+    # Before anything touches the state: the backend adopts jobs and the token file is written.
+    lease = Lease(state_dir, db, url.split(",")[0])
+    lease.acquire(wait=standby, waiting=lambda m: typer.echo(f"arbiter: {m}", err=True))
+    lease.watch(_lost_lease)
     config = ServerConfig(
         state_dir=state_dir,
         public_url=url,
@@ -157,7 +175,17 @@ def serve(
     typer.echo(f"arbiter: serving on {url} (db {db}, pid {os.getpid()})", err=True)
     app = create_app(service, reports_dir=reports)
     _settle_heap()
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level=log_level)
+    finally:
+        lease.release()
+
+
+def _lost_lease(why: str) -> None:
+    """A leader that lost its lease stops at once, without a word to its jobs: a standby may
+    already schedule them (and adopts them as they run)."""
+    typer.echo(f"arbiter: {why}; stopping so that a standby takes over", err=True)
+    os._exit(75)
 
 
 def _settle_heap() -> None:

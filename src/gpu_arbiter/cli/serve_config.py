@@ -97,6 +97,11 @@ class ServeConfig(BaseModel):
         "python:3.11-slim",
         description="Container image job pods run their command in (backend `kubernetes`).",
     )
+    standby: bool = Field(
+        False,
+        description="When another serve holds the state dir or the database, wait and take "
+        "over when it is gone instead of refusing (docs/deployment.md).",
+    )
 
     @field_validator("policy")
     @classmethod
