@@ -207,17 +207,23 @@ def _sync_nodes(loop: ControlLoop, executor: Any, every_s: float) -> None:
     """Register the executor's healthy GPU nodes and keep them alive: on Slurm or Kubernetes
     the executor is the node agent. A faulty node is left out (its heartbeat stops); the
     executor's own NodeDown/NodeUp events move it down and up."""
-    agent = Principal("agent", None, 0)
 
     def run() -> None:
         while True:
             try:
-                for n in executor.inventory():
-                    if not n.faulty:
-                        req = NodeRegister(gpu_type=n.gpu_type, gpus=n.gpus, rack=n.rack)
-                        loop.call(loop.cmd_register_node, agent, n.name, req).result()
+                register_inventory(loop, executor)
             except Exception:  # a failed listing is retried; the server keeps serving
                 logging.getLogger("gpu_arbiter.serve").exception("node inventory failed")
             time.sleep(every_s)
 
     threading.Thread(target=run, name="arbiter-inventory", daemon=True).start()
+
+
+def register_inventory(loop: ControlLoop, executor: Any) -> None:
+    """One poll of the executor's nodes: each healthy one is registered again, which is its
+    heartbeat; a faulty one (down, drained, not responding) is not."""
+    agent = Principal("agent", None, 0)
+    for n in executor.inventory():
+        if not n.faulty:
+            req = NodeRegister(gpu_type=n.gpu_type, gpus=n.gpus, rack=n.rack)
+            loop.call(loop.cmd_register_node, agent, n.name, req).result()

@@ -1174,6 +1174,11 @@ class ControlLoop:
             old.update(spec)
             self._audit(tx, who.actor, "node-change", name, **spec)
             self._rebuild = True
+        if old is not None:
+            # Registering again is a sign of life: on Slurm and Kubernetes the executor's node
+            # poll does it for every healthy node, and it is their only heartbeat.
+            old["last_heartbeat"] = tx.now
+            tx.conn.execute(update(NODES).where(NODES.c.name == name).values(last_heartbeat=tx.now))
         self.monitor.heartbeat(name, tx.now)
         if (
             self.nodes[name]["state"] == "down"
