@@ -5,49 +5,22 @@ exhausted budget allows."""
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 
-from gpu_arbiter.backends.base import Placement, Running
-from gpu_arbiter.control.auth import Principal
-from gpu_arbiter.control.loop import ControlLoop, ServerConfig
-from gpu_arbiter.control.schemas import JobSubmit, NodeRegister, TeamPut
 from gpu_arbiter.control.store import open_database
-from gpu_arbiter.domain import JobStopped
-
-ADMIN = Principal("admin", None, 0)
-
-
-class Executor:
-    """A backend that runs whatever it is told to until told to stop, and then stops it."""
-
-    name = "fake"
-
-    def __init__(self) -> None:
-        self.jobs: dict[str, Placement] = {}
-        self.events: list = []
-
-    def start(self, placement: Placement) -> None:
-        self.jobs[placement.job_id] = placement
-
-    def stop(self, job_id: str, grace_s: float) -> None:
-        if self.jobs.pop(job_id, None) is not None:
-            self.events.append(JobStopped(job_id, time.time()))
-
-    def poll(self) -> list:
-        events, self.events = self.events, []
-        return events
-
-    def running(self) -> list[Running]:
-        return [Running(j, list(p.gpus_by_node)) for j, p in self.jobs.items()]
-
-
-def advance(loop: ControlLoop, seconds: float) -> float:
-    """Move the loop's wall clock ahead by hand (`_now` never goes back, so a floor ahead of
-    the real time is the time the loop sees); returns the new time."""
-    loop._last_now = max(loop._last_now, time.time()) + seconds
-    return loop._last_now
+from tests.control.direct import (
+    ADMIN,
+    Executor,
+    advance,
+    call,
+    charges,
+    new_loop,
+    row,
+    setup,
+    submit,
+    tick,
+)
 
 
 @pytest.fixture
@@ -55,48 +28,6 @@ def db(tmp_path):
     engine = open_database(str(tmp_path / "a.db"))
     yield engine
     engine.dispose()
-
-
-def new_loop(db, tmp_path, executor: Executor) -> ControlLoop:
-    # No agent sends heartbeats here: the node must not be found silent when time jumps.
-    cfg = ServerConfig(state_dir=tmp_path, accrue_s=60.0, heartbeat_timeout_s=1e9)
-    loop = ControlLoop(db, executor, cfg)  # type: ignore[arg-type]
-    loop._load()
-    return loop
-
-
-def call(loop: ControlLoop, fn, *args):
-    return loop._transaction(lambda tx: fn(tx, *args))
-
-
-def tick(loop: ControlLoop) -> None:
-    """A tick one second later (a cycle runs at most every `cycle_interval_s`)."""
-    loop._last_now += 1.0
-    loop._transaction(loop._tick)
-
-
-def row(loop: ControlLoop, job_id: str) -> dict:
-    with loop._begin() as conn:
-        return loop.job_row(conn, job_id)
-
-
-def submit(loop: ControlLoop, team: str, gpus: int, tier: int, **kw) -> str:
-    req = JobSubmit(command="sleep 3600", gpus=gpus, tier=tier, team=team, **kw)
-    row, _ = call(loop, loop.cmd_submit, ADMIN, req, None, "h")
-    return row["id"]
-
-
-def setup(loop: ControlLoop, budgets: dict[str, float | None], quota: int = 0) -> None:
-    """One 8-GPU node; team "a" with `quota` GPUs guaranteed, the others none."""
-    call(loop, loop.cmd_register_node, ADMIN, "n1", NodeRegister(gpu_type="H100", gpus=8))
-    for team, budget in budgets.items():
-        put = TeamPut(budget_per_period=budget, quota={"H100": quota} if team == "a" else {})
-        call(loop, loop.cmd_put_team, ADMIN, team, put)
-    tick(loop)
-
-
-def charges(loop: ControlLoop, job_id: str) -> list:
-    return [e for e in loop.ledger.audit(job_id) if e.kind == "charge"]
 
 
 def test_a_running_job_is_charged_as_it_runs_and_a_restart_charges_no_second_twice(db, tmp_path):

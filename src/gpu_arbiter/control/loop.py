@@ -869,7 +869,6 @@ class ControlLoop:
                 )
             )
             self._audit(tx, SCHEDULER, "demote", job_id, tier=int(cap), reason=reason)
-            log.info("job %s: %s", job_id, reason)
             self._changed = True
 
     def _flush_ledger(self, tx: _Tx) -> None:
@@ -905,15 +904,15 @@ class ControlLoop:
             self.spent[e.team] = self.spent.get(e.team, 0.0) - e.credits
 
     def _audit(self, tx: _Tx, actor: str, action: str, subject: str, **detail: Any) -> None:
+        """Record a state change in the audit log, and in the server's log at level info
+        (every change but a submission, the one that comes in bursts of thousands)."""
+        kept = {k: v for k, v in detail.items() if v is not None}
         tx.audit.append(
-            {
-                "at": tx.now,
-                "actor": actor,
-                "action": action,
-                "subject": subject,
-                "detail": {k: v for k, v in detail.items() if v is not None},
-            }
+            {"at": tx.now, "actor": actor, "action": action, "subject": subject, "detail": kept}
         )
+        if action != "submit" and log.isEnabledFor(logging.INFO):
+            said = ", ".join(f"{k}={v}" for k, v in kept.items())
+            log.info("%s %s by %s%s", action, subject, actor, f" ({said})" if said else "")
 
     def _job_env(self, job_id: str, live: _Live, tier: int) -> dict[str, str]:
         return {
