@@ -56,6 +56,7 @@ def _state(admin: httpx.Client, job_id: str) -> str:
 def _bench(out: Path) -> None:
     cmd = [sys.executable, "-m", "gpu_arbiter.cli", "bench", "--out", str(out)]
     cmd += ["--policies", "fifo,arbiter", "--workload", "synthetic:60", "--cluster", "small"]
+    cmd += ["--seeds", "2"]
     subprocess.run(cmd, check=True, capture_output=True, timeout=300)
 
 

@@ -7,6 +7,8 @@ import time
 import httpx
 import pytest
 
+from tests.control.harness import wait_for
+
 
 def test_heatmap_counts_every_gpu_of_the_seeded_cluster_by_state(seeded):
     h = seeded.admin.get("/ui/api/heatmap").json()
@@ -65,10 +67,72 @@ def test_timeline_shows_utilisation_and_the_failure_and_cordon_events(seeded):
             break
         time.sleep(0.5)
     assert len(tl["t"]) == len(tl["utilisation"]) == len(tl["goodput"]) == 60
-    assert max(tl["utilisation"]) == pytest.approx(18 / 24)  # of the GPUs in service
-    assert max(tl["goodput"]) == pytest.approx(18 / 24)  # nothing lost to failures yet
+    # The window is cut to the service's seconds of history: bins of a fraction of a second,
+    # where the floating-point error of epoch times is a few millionths.
+    assert max(tl["utilisation"]) == pytest.approx(18 / 24, rel=1e-4)  # of the GPUs in service
+    assert max(tl["goodput"]) == pytest.approx(18 / 24, rel=1e-4)  # nothing lost to failures yet
     kinds = {(e["kind"], e["subject"]) for e in tl["events"]}
     assert {("failure", "n5"), ("cordon", "n4")} <= kinds
+
+
+def test_the_timeline_starts_with_the_service_and_a_team_sees_its_own_events(seeded):
+    research = seeded.server.client(seeded.tokens["research"])
+    r = research.post("/v1/jobs", json={"command": "exit 3", "gpus": 1, "tier": 3, "name": "crash"})
+    assert r.status_code == 201, r.text
+    crash = r.json()["id"]
+
+    def events(client: httpx.Client) -> tuple[dict, set]:
+        tl = client.get("/ui/api/timeline", params={"window": 86_400}).json()
+        return tl, {(e["kind"], e["subject"]) for e in tl["events"]}
+
+    wait_for(lambda: ("failure", crash) in events(seeded.admin)[1], timeout_s=30)
+    tl, admin_sees = events(seeded.admin)
+    assert {("failure", "n5"), ("cordon", "n4"), ("failure", crash)} <= admin_sees
+    assert events(research)[1] == {("failure", crash)}  # no node events, no other team's
+    with seeded.server.client(seeded.tokens["vision"]) as vision:
+        assert events(vision)[1] == set()
+    first = seeded.admin.get("/v1/audit", params={"limit": 1}).json()[0]["at"]
+    assert tl["start"] == pytest.approx(first)  # not a day before the service began
+    research.close()
+
+
+def test_running_jobs_show_where_since_when_and_their_cost_so_far(seeded):
+    running = seeded.admin.get("/ui/api/running").json()
+    jobs = {j["id"]: j for j in running["jobs"]}
+    assert set(jobs) == set(seeded.running.values())
+    pretrain = jobs[seeded.running["pretrain"]]
+    assert (pretrain["team"], pretrain["tier"], pretrain["gpus"]) == ("vision", 1, 8)
+    assert len(pretrain["nodes"]) == 1 and pretrain["gpu_type"] == "H100"
+    assert pretrain["rate"] == pytest.approx(seeded.burn["vision"]) and pretrain["cost"] > 0
+    explore = jobs[seeded.running["explore-a"]]
+    assert explore["borrowed"] and explore["gpus"] == 5
+    with seeded.server.client(seeded.tokens["research"]) as research:
+        mine = research.get("/ui/api/running").json()
+    assert {j["team"] for j in mine["jobs"]} == {"research"} and mine["other_teams"] == 1
+
+
+def test_a_job_page_has_its_telemetry_checkpoints_events_and_cost(seeded):
+    job = seeded.running["pretrain"]
+    reports = [
+        {"step": 10, "loss": 3.0, "tokens_per_s": 1000.0, "io_wait_share": 0.1},
+        {"event": "checkpoint", "checkpoint_step": 10},
+        {"step": 20, "loss": 2.5, "tokens_per_s": 1100.0, "io_wait_share": 0.2},
+    ]
+    for body in reports:
+        r = seeded.admin.post(f"/v1/jobs/{job}/telemetry", json=body)
+        assert r.status_code == 200, r.text
+    page = seeded.admin.get(f"/ui/api/jobs/{job}").json()
+    assert page["job"]["id"] == job and page["job"]["team"] == "vision"
+    tl = page["telemetry"]
+    assert tl["loss"][-2:] == [3.0, 2.5] and tl["io_wait_share"][-2:] == [0.1, 0.2]
+    assert [c["step"] for c in page["checkpoints"]][-1:] == [10]
+    assert [e["kind"] for e in page["events"]][:2] == ["submitted", "started"]
+    assert page["cost"]["rate"] == pytest.approx(seeded.burn["vision"])
+    assert page["cost"]["total"] >= page["cost"]["accruing"] > 0
+    with seeded.server.client(seeded.tokens["research"]) as research:
+        assert research.get(f"/ui/api/jobs/{job}").status_code == 404  # not its job
+    assert seeded.admin.get("/ui/api/jobs/j-none").status_code == 404
+    assert httpx.get(f"{seeded.url}/jobs/{job}").status_code == 200  # the page's shell
 
 
 def test_dashboard_views_need_a_token(seeded):

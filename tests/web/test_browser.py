@@ -72,6 +72,14 @@ def test_dashboard_shows_the_seeded_heatmap_queue_and_team_costs(seeded, page):
     counts = json.loads(canvas.get_attribute("data-counts"))
     assert counts["tier 1"] == 8 and counts["borrowed"] == 10 and counts["free"] == 6
     assert counts["failed"] == 8 and counts["cordoned"] == 8
+    # The legend counts tiers with their borrowed GPUs: research's two tier-3 jobs borrow 10.
+    assert page.locator("#legend [data-cell='3'] b").inner_text() == "10"
+    assert page.locator("#legend [data-cell='b'] b").inner_text() == "10"
+    running = page.locator("#running tbody tr")
+    assert running.count() == 3
+    pretrain = page.locator(f"#running tr[data-job='{seeded.running['pretrain']}']")
+    assert pretrain.get_attribute("data-team") == "vision"
+    assert pretrain.locator("td[data-field='cost']").inner_text().endswith(" / h")
     rows = page.locator("#queue tbody tr")
     assert rows.count() == 3
     seen = {
@@ -96,7 +104,13 @@ def test_dashboard_shows_the_seeded_heatmap_queue_and_team_costs(seeded, page):
     assert "/ 1,000 credits" in spent
     page.wait_for_function("document.getElementById('timeline').dataset.events >= 2")
     page.locator("#heatmap").hover(position={"x": 5, "y": 20})
-    assert "gpu-node-1 GPU 0" in page.locator("#tip").inner_text()
+    assert "node gpu-node-1 (rack0, 8 × H100" in page.locator("#tip").inner_text()
+    box = page.evaluate(
+        "() => { const p = heat.panels.find(p => p.rack.name === 'rack1');"
+        " return {x: p.x + 2 + p.cell / 2, y: p.y + 16 + p.step + p.cell / 2}; }"
+    )  # the first GPU of the rack's second node
+    page.locator("#heatmap").hover(position=box)
+    assert page.locator("#tip").inner_text().startswith("node n3 (rack1")
     shot(page, "dashboard-admin.png")
 
 
@@ -107,6 +121,15 @@ def test_team_lead_sees_its_own_jobs_and_spend_only(seeded, page):
     assert teams.count() == 1 and teams.first.get_attribute("data-team") == "research"
     assert page.locator("#queue tbody tr").count() == 1
     assert "2 of other teams" in page.locator("#queue-summary").inner_text()
+    running = page.locator("#running tbody tr")
+    assert running.count() == 2
+    assert {running.nth(i).get_attribute("data-team") for i in range(2)} == {"research"}
+    page.wait_for_function("document.getElementById('timeline').dataset.events !== undefined")
+    own = {j["id"] for j in seeded.admin.get("/v1/jobs", params={"team": "research"}).json()}
+    subjects = page.eval_on_selector_all(
+        "#events li[data-subject]", "els => els.map(e => e.dataset.subject)"
+    )
+    assert set(subjects) <= own  # no node events, no other team's jobs
     assert "team research" in page.locator("#who").inner_text()
     shot(page, "dashboard-team-research.png")
 
@@ -114,10 +137,35 @@ def test_team_lead_sees_its_own_jobs_and_spend_only(seeded, page):
 def test_dashboard_asks_for_a_token_it_does_not_have(seeded, page):
     page.goto(seeded.url + "/")
     page.wait_for_selector("#login:not([hidden])")
+    text = page.locator("#login").inner_text()
+    assert "arbiter-state/admin.token" in text and "arbiter tokens create --team" in text
+    assert not page.locator("#heatmap").is_visible()  # the sign-in form stands alone
+    shot(page, "login.png")
     page.fill("#token", ADMIN)
     page.click("#login button")
     page.wait_for_selector("body[data-loaded='1']")
     assert page.locator("#heatmap").get_attribute("data-gpus") == "40"
+
+
+def test_job_page_draws_the_telemetry_and_lists_checkpoints_events_and_cost(seeded, page):
+    job = seeded.running["pretrain"]
+    for step, loss in ((100, 2.9), (200, 2.6), (300, 2.4)):
+        body = {"step": step, "loss": loss, "tokens_per_s": 900.0 + step, "io_wait_share": 0.1}
+        assert seeded.admin.post(f"/v1/jobs/{job}/telemetry", json=body).status_code == 200
+    body = {"event": "checkpoint", "checkpoint_step": 300}
+    assert seeded.admin.post(f"/v1/jobs/{job}/telemetry", json=body).status_code == 200
+    page.add_init_script(f"localStorage.setItem('arbiterToken', {json.dumps(ADMIN)})")
+    load(page, seeded.url + "/")
+    page.click(f"#running tr[data-job='{job}'] a")
+    page.wait_for_selector("body[data-loaded='1']")
+    assert page.url.endswith(f"/jobs/{job}")
+    for chart in ("loss", "tokens_per_s", "io_wait_share"):
+        assert int(page.locator(f"#chart-{chart}").get_attribute("data-points")) >= 3
+    assert "300" in page.locator("#checkpoints tbody").inner_text()
+    assert page.locator("#events tr[data-kind='started']").count() == 1
+    assert page.locator("#cost tr[data-kind='accruing']").count() == 1
+    assert "pretrain" in page.locator("#j-name").inner_text()
+    shot(page, "job-page.png")
 
 
 def test_heatmap_of_ten_thousand_gpus_draws_without_lag(seeded, page):
@@ -147,6 +195,8 @@ def test_reports_page_shows_the_bench_kpis_and_plots(seeded, page):
     head = page.locator("#kpis thead").inner_text()
     assert "fifo" in head and "arbiter" in head
     assert "mean JCT" in page.locator("#kpis tbody").inner_text()
+    assert page.locator("#across-seeds").count() == 1  # bench --seeds 2: the spread
+    assert page.locator("table.seed").count() == 2  # and every seed's own table
     images = page.locator(".plots img")
     assert images.count() == 3
     page.wait_for_function(

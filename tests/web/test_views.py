@@ -63,6 +63,12 @@ def test_heatmap_gives_each_gpu_its_state_by_rack_and_node():
     assert h["utilisation"] == pytest.approx(5 / 8)
 
 
+def test_heatmap_counts_by_tier_include_borrowed_gpus():
+    h = heatmap_view(cluster(), ADMIN)
+    assert h["counts"]["borrowed"] == 1 and h["counts"]["tier 3"] == 0  # the cell says borrowed
+    assert h["by_tier"] == {"1": 2, "2": 0, "3": 1}  # j2 is tier 3 work, borrowed or not
+
+
 def test_heatmap_hides_other_teams_jobs_from_a_team_viewer():
     h = heatmap_view(cluster(), Viewer("team", "a"))
     jobs = h["racks"][0]["nodes"][0]["jobs"]

@@ -148,7 +148,7 @@ class AuditRow(Base):
     at: Mapped[float] = mapped_column(Float)
     actor: Mapped[str] = mapped_column(String(128))
     action: Mapped[str] = mapped_column(String(64))
-    subject: Mapped[str] = mapped_column(String(128))
+    subject: Mapped[str] = mapped_column(String(128), index=True)  # a job page reads by it
     detail: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 
 

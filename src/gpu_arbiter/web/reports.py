@@ -73,36 +73,37 @@ def index_html(reports: dict[str, Path], root: Path | None) -> str:
 
 
 def report_html(name: str, folder: Path) -> str:
-    """One report: what was replayed, the KPI table (best per row marked), plots, records."""
+    """One report: what was replayed, the KPI table (best per row marked), plots, records.
+    A replay under several seeds (`arbiter bench --seeds`) shows each KPI's mean and range
+    over the seeds first, then every seed's own table."""
     from gpu_arbiter.sim.plots import PLOTS  # matplotlib only when a report is shown
-    from gpu_arbiter.sim.report import KPIS, best_policies
 
     doc = _load(folder)
     kpis: dict[str, dict] = doc.get("policies", {})
     names = list(kpis)
     cluster = doc.get("cluster") or {}
     first = next(iter(kpis.values()), {})
+    by_seed: dict[str, dict[str, dict]] = doc.get("by_seed") or {}
+    seeds = ", ".join(by_seed) if by_seed else str(doc.get("seed", "?"))
     facts = [
         f"workload <b>{escape(str(doc.get('workload', '?')))}</b>",
         f"cluster {escape(str(cluster.get('name', '?')))} ({cluster.get('gpus', '?')} GPUs)",
-        f"{first.get('jobs', '?')} jobs, seed {doc.get('seed', '?')}",
+        f"{first.get('jobs', '?')} jobs, seed{'s' if by_seed else ''} {escape(seeds)}",
     ]
     if doc.get("trace"):
         facts.append(f"trace read: {escape(str(doc['trace'].get('summary', '')))}")
-    head = "".join(f"<th>{escape(n)}</th>" for n in names)
-    rows = []
-    for kpi in KPIS:
-        try:
-            best = set(best_policies(kpi, kpis))
-            cells = [(n, kpi.show(kpi.value(kpis[n]))) for n in names]
-        except (KeyError, TypeError, ValueError):
-            continue  # a results.json from an older bench without this KPI
-        tds = "".join(
-            f"<td class='num{' best' if n in best and len(best) < len(names) else ''}'>"
-            f"{escape(v)}</td>"
-            for n, v in cells
+    tables = f"<table class='grid kpis' id='kpis'>{_kpi_table(kpis)}</table>"
+    if by_seed:
+        tables = (
+            f"<h2>Across seeds {escape(seeds)}: mean (min – max)</h2>"
+            f"<table class='grid kpis' id='across-seeds'>"
+            f"{_spread_table(doc.get('across_seeds') or {})}</table>"
+        ) + "".join(
+            f"<h2>Seed {escape(seed)}</h2>"
+            f"<table class='grid kpis seed' data-seed='{escape(seed)}'"
+            f"{' id=kpis' if seed == str(doc.get('seed')) else ''}>{_kpi_table(runs)}</table>"
+            for seed, runs in by_seed.items()
         )
-        rows.append(f"<tr><th>{escape(kpi.label)}</th>{tds}</tr>")
     base = f"/reports/{quote(name)}/"
     plots = "".join(
         f"<figure><img src='{base}{quote(file)}' alt='{escape(title)}'>"
@@ -116,15 +117,64 @@ def report_html(name: str, folder: Path) -> str:
         if (folder / n / "records.csv").is_file()
     )
     return (
-        f"<p>{' · '.join(facts)}</p>"
-        f"<table class='grid kpis' id='kpis'><thead><tr><th>KPI</th>{head}</tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table>"
+        f"<p>{' · '.join(facts)}</p>{tables}"
         "<p class='muted'>Best value per row in bold green (none marked when all tie).</p>"
         f"<h2>Plots</h2><div class='plots'>{plots or '<p class=muted>No plots.</p>'}</div>"
         f"<h2>Files</h2><p><a href='{base}report.md'>report.md</a> · "
         f"<a href='{base}results.json'>results.json</a>"
         f"{' · ' + records if records else ''}</p>"
     )
+
+
+def _kpi_table(kpis: dict[str, dict]) -> str:
+    """The head and body of a KPI table: a row per report KPI, a column per policy."""
+    from gpu_arbiter.sim.report import KPIS, best_policies
+
+    names = list(kpis)
+    rows = []
+    for kpi in KPIS:
+        try:
+            best = set(best_policies(kpi, kpis))
+            cells = [(n, kpi.show(kpi.value(kpis[n]))) for n in names]
+        except (KeyError, TypeError, ValueError):
+            continue  # a results.json from an older bench without this KPI
+        rows.append(_row(kpi.label, cells, best, len(names)))
+    return _table(names, rows)
+
+
+def _spread_table(spread: dict[str, dict[str, dict[str, float]]]) -> str:
+    """Each KPI's mean (min – max) over the seeds per policy; the best by the mean."""
+    from gpu_arbiter.sim.report import KPIS, ties
+
+    names = list(spread)
+    rows = []
+    for kpi in KPIS:
+        try:
+            stats = {n: spread[n][kpi.label] for n in names}
+            means = [s["mean"] for s in stats.values()]
+        except (KeyError, TypeError):
+            continue
+        top = min(means) if kpi.lower_is_better else max(means)
+        best = {n for n, s in stats.items() if ties(s["mean"], top)}
+        cells = [
+            (n, f"{kpi.show(s['mean'])} ({kpi.show(s['min'])} – {kpi.show(s['max'])})")
+            for n, s in stats.items()
+        ]
+        rows.append(_row(kpi.label, cells, best, len(names)))
+    return _table(names, rows)
+
+
+def _row(label: str, cells: list[tuple[str, str]], best: set[str], policies: int) -> str:
+    tds = "".join(
+        f"<td class='num{' best' if n in best and len(best) < policies else ''}'>{escape(v)}</td>"
+        for n, v in cells
+    )
+    return f"<tr><th>{escape(label)}</th>{tds}</tr>"
+
+
+def _table(names: list[str], rows: list[str]) -> str:
+    head = "".join(f"<th>{escape(n)}</th>" for n in names)
+    return f"<thead><tr><th>KPI</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody>"
 
 
 def _load(folder: Path) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""The dashboard's routes: pages at `/` and `/reports`, JSON views under `/ui/api/`, CSS and JS
-under `/ui/static/`.
+"""The dashboard's routes: pages at `/`, `/jobs/{id}` and `/reports`, JSON views under
+`/ui/api/`, CSS and JS under `/ui/static/`.
 
 Pages are HTML shells (no live data in them), so they need no token; the JSON views need the
 same bearer token as the REST API, which the page's script keeps in the browser's local storage
@@ -17,22 +17,32 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from html import escape
 from pathlib import Path
 from string import Template
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import FileResponse, HTMLResponse
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 from starlette.concurrency import run_in_threadpool
 
 from gpu_arbiter.control.auth import Authenticator
 from gpu_arbiter.control.errors import NotFound, Unavailable
-from gpu_arbiter.control.loop import AUDIT, JOBS, LEDGER, NODES, SETTINGS, ControlLoop
+from gpu_arbiter.control.loop import (
+    AUDIT,
+    JOBS,
+    LEDGER,
+    NODES,
+    SETTINGS,
+    TELEMETRY,
+    ControlLoop,
+    job_view,
+)
 from gpu_arbiter.domain import MILLI
 from gpu_arbiter.metrics import Segment
-from gpu_arbiter.web import reports, snapshot
+from gpu_arbiter.web import jobs, reports, snapshot
 from gpu_arbiter.web.views import (
     EVENT_ACTIONS,
     Viewer,
@@ -46,7 +56,13 @@ from gpu_arbiter.web.views import (
 
 log = logging.getLogger("gpu_arbiter.web")
 HERE = Path(__file__).parent
-STATIC = {"app.css": "text/css", "dashboard.js": "text/javascript"}
+STATIC = {
+    "app.css": "text/css",
+    "common.js": "text/javascript",
+    "dashboard.js": "text/javascript",
+    "job.js": "text/javascript",
+}
+SCRIPTS = "<script src='/ui/static/common.js'></script><script src='/ui/static/{}'></script>"
 SNAPSHOT_TTL_S = 1.0
 LEDGER_TTL_S = 5.0
 T = TypeVar("T")
@@ -73,8 +89,13 @@ class _Ttl:
             return value
 
 
+def _template(name: str, **values: str) -> str:
+    return Template((HERE / "templates" / name).read_text()).substitute(values)
+
+
 def _page(title: str, content: str, active: str, scripts: str = "") -> HTMLResponse:
-    html = Template((HERE / "templates" / "layout.html").read_text()).substitute(
+    html = _template(
+        "layout.html",
         title=title,
         content=content,
         scripts=scripts,
@@ -107,10 +128,14 @@ def dashboard_router(
 
     @router.get("/", response_class=HTMLResponse)
     def dashboard() -> HTMLResponse:
-        content = (HERE / "templates" / "dashboard.html").read_text()
-        return _page(
-            "Cluster", content, "dashboard", "<script src='/ui/static/dashboard.js'></script>"
-        )
+        content = _template("dashboard.html", login=_template("login.html"))
+        return _page("Cluster", content, "dashboard", SCRIPTS.format("dashboard.js"))
+
+    @router.get("/jobs/{job_id}", response_class=HTMLResponse)
+    def job_page(job_id: str) -> HTMLResponse:
+        # A shell like the dashboard: the job's data comes from /ui/api/jobs/ with a token.
+        content = _template("job.html", login=_template("login.html"), job_id=escape(job_id))
+        return _page(f"Job {job_id}", content, "dashboard", SCRIPTS.format("job.js"))
 
     @router.get("/reports", response_class=HTMLResponse)
     def report_index() -> HTMLResponse:
@@ -173,14 +198,37 @@ def dashboard_router(
             s, who, spend, prices.get("credit_value", 1.0), prices.get("currency", "USD")
         )
 
+    @router.get("/ui/api/running")
+    async def running(authorization: Annotated[str | None, Header()] = None) -> dict[str, Any]:
+        who = viewer(authorization)
+        s = await snap()
+        rows, charged = await cache.get(
+            "running-rows", SNAPSHOT_TTL_S, lambda: run_in_threadpool(_running)
+        )
+        return jobs.running_view(s, who, rows, charged)
+
+    @router.get("/ui/api/jobs/{job_id}")
+    async def job(
+        job_id: str, authorization: Annotated[str | None, Header()] = None
+    ) -> dict[str, Any]:
+        who = viewer(authorization)
+        s = await snap()
+        got = await run_in_threadpool(_job, job_id)
+        if got is None or not who.sees(got[0]["team"]):
+            raise NotFound(f"no job {job_id!r}")
+        return jobs.job_page_view(*got, s)
+
     @router.get("/ui/api/timeline")
     async def timeline(
         authorization: Annotated[str | None, Header()] = None,
         window: Annotated[int, Query(ge=60, le=30 * 86_400)] = 3600,
     ) -> dict[str, Any]:
-        viewer(authorization)
+        who = viewer(authorization)
+        team = None if who.role == "admin" else who.team
         return await cache.get(
-            ("timeline", window), LEDGER_TTL_S, lambda: run_in_threadpool(_timeline, window)
+            ("timeline", window, team),
+            LEDGER_TTL_S,
+            lambda: run_in_threadpool(_timeline, window, team),
         )
 
     # -- database reads (thread pool) ------------------------------------------------------
@@ -201,10 +249,53 @@ def dashboard_router(
             row = conn.execute(select(SETTINGS.c.value).where(SETTINGS.c.key == "prices")).first()
         return period_spend(entries), (row.value if row else {})
 
-    def _timeline(window: int) -> dict[str, Any]:
-        now = time.time()
-        start = now - window
+    def _running() -> tuple[list[dict[str, Any]], dict[str, float]]:
+        q = select(
+            JOBS.c.id, JOBS.c.name, JOBS.c.team, JOBS.c.tier, JOBS.c.spec, JOBS.c.allocation,
+            JOBS.c.started_at, JOBS.c.seg_gpus, JOBS.c.seg_borrowed, JOBS.c.preempting,
+        ).where(JOBS.c.state == "running")  # fmt: skip
         with db.connect() as conn:
+            rows = [dict(r) for r in conn.execute(q).mappings()]
+            ids = [r["id"] for r in rows]
+            entries = conn.execute(select(LEDGER.c.entry).where(LEDGER.c.job_id.in_(ids)))
+            return rows, jobs.net_credits(r.entry for r in entries)
+
+    def _job(job_id: str) -> tuple[dict, list, list, list] | None:
+        with db.connect() as conn:
+            row = conn.execute(select(JOBS).where(JOBS.c.id == job_id)).mappings().first()
+            if row is None:
+                return None
+            telemetry = conn.execute(
+                select(TELEMETRY.c.at, TELEMETRY.c.data)
+                .where(TELEMETRY.c.job_id == job_id)
+                .order_by(TELEMETRY.c.id.desc())
+                .limit(jobs.TELEMETRY_LIMIT)
+            ).mappings()
+            telemetry_rows = [dict(t) for t in telemetry][::-1]
+            audit = conn.execute(
+                select(AUDIT).where(AUDIT.c.subject == job_id).order_by(AUDIT.c.id)
+            ).mappings()
+            audit_rows = [dict(a) for a in audit]
+            ledger = conn.execute(
+                select(LEDGER.c.entry).where(LEDGER.c.job_id == job_id).order_by(LEDGER.c.seq)
+            )
+            return job_view(row), telemetry_rows, audit_rows, [e.entry for e in ledger]
+
+    def _history_start(conn: Any) -> float | None:
+        """When the service's history begins: its first audit row or node, whichever is first
+        (everything it did, from the first node or team set up, is audited)."""
+        first_audit = conn.execute(select(AUDIT.c.at).order_by(AUDIT.c.id).limit(1)).scalar()
+        first_node = conn.execute(select(func.min(NODES.c.registered_at))).scalar()
+        known = [t for t in (first_audit, first_node) if t is not None]
+        return min(known) if known else None
+
+    def _timeline(window: int, team: str | None) -> dict[str, Any]:
+        """The last `window` seconds, or since the service began if that is later. A team
+        sees the events of its own jobs only; an admin every event."""
+        now = time.time()
+        with db.connect() as conn:
+            began = _history_start(conn)
+            start = now - window if began is None else max(now - window, min(began, now - 1))
             charges = conn.execute(
                 select(LEDGER.c.entry).where(LEDGER.c.at >= start, LEDGER.c.kind == "charge")
             )
@@ -220,12 +311,11 @@ def dashboard_router(
             gpus = sum(
                 r.gpus for r in conn.execute(select(NODES.c.gpus).where(NODES.c.state == "up"))
             )
-            events = conn.execute(
-                select(AUDIT)
-                .where(AUDIT.c.at >= start, AUDIT.c.action.in_(tuple(EVENT_ACTIONS)))
-                .order_by(AUDIT.c.id.desc())
-                .limit(500)
-            ).mappings()
+            q = select(AUDIT).where(AUDIT.c.at >= start, AUDIT.c.action.in_(tuple(EVENT_ACTIONS)))
+            if team is not None:
+                own = select(JOBS.c.id).where(JOBS.c.team == team)
+                q = q.where(AUDIT.c.subject.in_(own))
+            events = conn.execute(q.order_by(AUDIT.c.id.desc()).limit(500)).mappings()
             rows = [dict(e) for e in events][::-1]
         return timeline_view(segments, rows, gpus, start, now)
 

@@ -85,6 +85,21 @@ class TeamState:
 
 
 @dataclass(frozen=True, slots=True)
+class OpenSegment:
+    """The run segment a running job is in and has not been charged for yet: since when, at
+    how many credits an hour, on how many GPUs (a fractional job at its share)."""
+
+    team: str
+    start: float
+    rate: float
+    gpus: float
+
+    def credits(self, since: float, now: float) -> float:
+        """What the segment has cost from `since` (or its start, if later) to `now`."""
+        return self.rate * max(0.0, now - max(self.start, since)) / 3600
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     now: float
     nodes: tuple[NodeState, ...] = ()
@@ -93,6 +108,7 @@ class Snapshot:
     watts_per_gpu: dict[tuple[str, str], float] = field(default_factory=dict)
     pending: tuple[PendingJob, ...] = ()
     teams: tuple[TeamState, ...] = ()
+    segments: dict[str, OpenSegment] = field(default_factory=dict)  # by job id
 
 
 @dataclass(slots=True)
@@ -103,6 +119,7 @@ class Copied:
 
     now: float
     teams: tuple[TeamState, ...]
+    segments: dict[str, OpenSegment] = field(default_factory=dict)
     cluster: Cluster | None = None
     free_mask: list[int] = field(default_factory=list)
     down: list[bool] = field(default_factory=list)
@@ -115,10 +132,11 @@ class Copied:
 
 def copy(loop: ControlLoop, now: float) -> Copied:
     """Copy what the dashboard needs; call only on the loop thread (see the module docstring)."""
-    teams = _teams(loop, now)
+    segments = _open_segments(loop)
+    teams = _teams(loop, now, segments)
     sched = loop.sched
     if sched is None:
-        return Copied(now, teams)
+        return Copied(now, teams, segments)
     index = sched.index
     running = [
         (j.id, j.team, int(j.tier), j.borrowed, j.preempting, j.allocation.slots)
@@ -142,6 +160,7 @@ def copy(loop: ControlLoop, now: float) -> Copied:
     return Copied(
         now=now,
         teams=teams,
+        segments=segments,
         cluster=sched.cluster,
         free_mask=list(index.free_mask),
         down=list(index.down),
@@ -160,7 +179,7 @@ def copy(loop: ControlLoop, now: float) -> Copied:
 def build(c: Copied) -> Snapshot:
     """The snapshot of a copy; safe on any thread."""
     if c.cluster is None:
-        return Snapshot(now=c.now, teams=c.teams)
+        return Snapshot(now=c.now, teams=c.teams, segments=c.segments)
     nodes = []
     for n in c.cluster.nodes:
         state, reason = "up", ""
@@ -206,6 +225,7 @@ def build(c: Copied) -> Snapshot:
         watts_per_gpu=c.watts,
         pending=pending,
         teams=c.teams,
+        segments=c.segments,
     )
 
 
@@ -214,23 +234,34 @@ def take(loop: ControlLoop, now: float) -> Snapshot:
     return build(copy(loop, now))
 
 
-def _teams(loop: ControlLoop, now: float) -> tuple[TeamState, ...]:
+def _open_segments(loop: ControlLoop) -> dict[str, OpenSegment]:
+    """Each running job's segment not yet charged, priced as its charge will be."""
+    out = {}
+    for job_id, seg in loop.segs.items():
+        live = loop.live.get(job_id)
+        if live is None:
+            continue
+        rate = loop.charges.rate(
+            live.spec, seg.gpu_type, seg.tier, seg.gpus, is_preemptible(seg.tier, seg.borrowed)
+        )
+        out[job_id] = OpenSegment(
+            live.spec.team, seg.start, rate, seg.gpus * live.spec.gpu_milli / MILLI
+        )
+    return out
+
+
+def _teams(
+    loop: ControlLoop, now: float, segments: dict[str, OpenSegment]
+) -> tuple[TeamState, ...]:
     sched = loop.sched
     budgets = loop.budgets
     start = budgets.period_start(budgets.period_index(now))
     out = []
     accrued: dict[str, list[float]] = {}
-    for job_id, seg in loop.segs.items():
-        live = loop.live.get(job_id)
-        if live is None:
-            continue
-        held = max(0.0, now - max(seg.start, start))
-        rate = loop.charges.rate(
-            live.spec, seg.gpu_type, seg.tier, seg.gpus, is_preemptible(seg.tier, seg.borrowed)
-        )
-        acc = accrued.setdefault(live.spec.team, [0.0, 0.0])
-        acc[0] += rate * held / 3600
-        acc[1] += seg.gpus * live.spec.gpu_milli / MILLI * held
+    for seg in segments.values():
+        acc = accrued.setdefault(seg.team, [0.0, 0.0])
+        acc[0] += seg.credits(start, now)
+        acc[1] += seg.gpus * max(0.0, now - max(seg.start, start))
     for name, team in sorted(loop.teams.items()):
         used: dict[str, float] = {}  # GPUs, a fractional job (S11) counted at its share
         if sched is not None:

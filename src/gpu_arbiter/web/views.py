@@ -2,7 +2,8 @@
 to what the page draws. No I/O here, so each view is unit-tested on hand-made inputs.
 
 A viewer with a team token sees the whole heat map (occupancy is not a secret) but other teams'
-jobs there only as "other", and only its own jobs and spend in the queue and team tables.
+jobs there only as "other", and only its own jobs and spend in the queue and team tables and its
+own jobs' events on the timeline.
 """
 
 from __future__ import annotations
@@ -49,11 +50,15 @@ class Viewer:
 
 
 def heatmap_view(snap: Snapshot, viewer: Viewer) -> dict[str, Any]:
-    """Every GPU by rack and node, one cell character each (see `CELLS`)."""
+    """Every GPU by rack and node, one cell character each (see `CELLS`). `counts` counts the
+    cells; `by_tier` counts the GPUs held at each tier, borrowed ones included (a borrowed
+    cell shows that it is borrowed, not its tier)."""
     racks: dict[str, list[dict[str, Any]]] = {}
     counts = dict.fromkeys(CELLS.values(), 0)
+    by_tier = {"1": 0, "2": 0, "3": 0}
     for node in snap.nodes:
         cells = ["0"] * node.gpus
+        tiers = [""] * node.gpus
         if node.state != "up":
             cells = ["x" if node.state == "down" else "c"] * node.gpus
         else:
@@ -66,6 +71,7 @@ def heatmap_view(snap: Snapshot, viewer: Viewer) -> dict[str, Any]:
             for g in h.gpus:
                 if node.state == "up" and (cells[g] in "0h" or code < cells[g]):
                     cells[g] = code
+                    tiers[g] = str(h.tier)
             mine = viewer.sees(h.team)
             jobs.append(
                 {
@@ -77,8 +83,10 @@ def heatmap_view(snap: Snapshot, viewer: Viewer) -> dict[str, Any]:
                     "gpus": list(h.gpus),
                 }
             )
-        for c in cells:
+        for c, tier in zip(cells, tiers, strict=True):
             counts[CELLS[c]] += 1
+            if tier:
+                by_tier[tier] += 1
         racks.setdefault(node.rack, []).append(
             {
                 "name": node.name,
@@ -98,6 +106,7 @@ def heatmap_view(snap: Snapshot, viewer: Viewer) -> dict[str, Any]:
         "nodes": len(snap.nodes),
         "utilisation": busy / in_service if in_service else 0.0,
         "counts": counts,
+        "by_tier": by_tier,
         "legend": CELLS,
         "racks": [{"name": r, "nodes": ns} for r, ns in sorted(racks.items())],
     }

@@ -1,4 +1,4 @@
-// Arbiter dashboard: polls the /ui/api/ JSON views and draws them. No framework, no CDN.
+// Arbiter dashboard: polls the /ui/api/ JSON views and draws them (helpers in common.js).
 // The heat map is one <canvas>: a fillRect per GPU, so 10,000 GPUs draw in a few ms.
 "use strict";
 
@@ -9,42 +9,6 @@ const COLORS = {
 const EVENT_COLORS = { failure: "#d8342c", preemption: "#d9731a", cordon: "#555c6b", recovery: "#2fa36b" };
 const POLL_MS = 2000;
 const TIMELINE_MS = 10000;
-const $ = (id) => document.getElementById(id);
-
-function token() {
-  const m = location.hash.match(/token=([^&]+)/);
-  if (m) {
-    localStorage.setItem("arbiterToken", decodeURIComponent(m[1]));
-    history.replaceState(null, "", location.pathname + location.search);
-  }
-  return localStorage.getItem("arbiterToken");
-}
-
-async function api(path) {
-  const t = token();
-  if (!t) throw new AuthError("no token");
-  const r = await fetch(path, { headers: { Authorization: "Bearer " + t } });
-  if (r.status === 401) throw new AuthError((await r.json()).detail);
-  if (!r.ok) throw new Error(path + ": HTTP " + r.status);
-  return r.json();
-}
-
-class AuthError extends Error {}
-
-function esc(s) {
-  return String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
-}
-
-function dur(s) {
-  if (s < 90) return Math.round(s) + " s";
-  if (s < 5400) return (s / 60).toFixed(1) + " min";
-  if (s < 172800) return (s / 3600).toFixed(1) + " h";
-  return (s / 86400).toFixed(1) + " d";
-}
-
-function num(x, digits = 2) {
-  return x == null ? "–" : x.toLocaleString(undefined, { minimumFractionDigits: digits, maximumFractionDigits: digits });
-}
 
 // -- heat map -------------------------------------------------------------------------------
 
@@ -123,7 +87,11 @@ function hitHeatmap(mx, my) {
 function tipFor(hit) {
   const { node, g, rack } = hit;
   const code = node.cells[g];
-  const lines = [`${node.name} GPU ${g} (${node.gpu_type}, ${rack})`, heat.data.legend[code]];
+  const free = [...node.cells].filter((c) => c === "0").length;
+  const lines = [
+    `node ${node.name} (${rack}, ${node.cells.length} × ${node.gpu_type}, ${free} free)`,
+    `GPU ${g}: ${heat.data.legend[code]}`,
+  ];
   if (node.state !== "up") lines.push(`node ${node.state}: ${node.reason || "no reason given"}`);
   for (const j of node.jobs) {
     if (!j.gpus.includes(g)) continue;
@@ -148,9 +116,14 @@ function setupHeatmapHover() {
   canvas.addEventListener("mouseleave", () => { tip.hidden = true; });
 }
 
+// Tiers are counted with their borrowed GPUs, which the map colours as borrowed.
 function renderLegend(data) {
   $("legend").innerHTML = Object.entries(data.legend)
-    .map(([code, name]) => `<span><i style="background:${COLORS[code]}"></i>${esc(name)} <b>${data.counts[name]}</b></span>`)
+    .map(([code, name]) => {
+      const n = code in data.by_tier ? data.by_tier[code] : data.counts[name];
+      const note = code === "b" ? ` <span class="note">(in their tiers' counts)</span>` : "";
+      return `<span data-cell="${code}"><i style="background:${COLORS[code]}"></i>${esc(name)} <b>${n}</b>${note}</span>`;
+    })
     .join("");
 }
 
@@ -168,15 +141,10 @@ function renderSummary(h, q, t) {
 
 // -- queue and teams ------------------------------------------------------------------------
 
-function tierBadge(tier, asked) {
-  const capped = asked !== tier ? ` <span class="note">(asked ${asked})</span>` : "";
-  return `<span class="badge tier${tier}">tier ${tier}</span>${capped}`;
-}
-
 function renderQueue(q) {
   const rows = q.jobs.map((j) => `<tr data-job="${esc(j.id)}" data-team="${esc(j.team)}" data-tier="${j.tier}" data-reason="${esc(j.reason)}">
     <td class="num">${j.position}</td>
-    <td><b>${esc(j.id)}</b> ${esc(j.name)}</td>
+    <td><b>${jobLink(j.id)}</b> ${esc(j.name)}</td>
     <td>${esc(j.team)}</td>
     <td>${tierBadge(j.tier, j.tier_requested)}</td>
     <td>${j.gpus} × ${esc(j.gpu_types.join("/"))}</td>
@@ -188,6 +156,21 @@ function renderQueue(q) {
   const others = q.other_teams ? ` · ${q.other_teams} of other teams` : "";
   const cut = q.shown < q.pending - q.other_teams ? ` · first ${q.shown} shown` : "";
   $("queue-summary").textContent = `${q.pending} waiting${reasons ? " (" + reasons + ")" : ""}${others}${cut}`;
+}
+
+function renderRunning(r) {
+  const rows = r.jobs.map((j) => `<tr data-job="${esc(j.id)}" data-team="${esc(j.team)}" data-tier="${j.tier}">
+    <td><b>${jobLink(j.id)}</b> ${esc(j.name)}</td>
+    <td>${esc(j.team)}</td>
+    <td>${tierBadge(j.tier, j.tier_requested)}${j.borrowed ? ' <span class="note">borrowed</span>' : ""}${j.preempting ? ' <span class="note">stopping</span>' : ""}</td>
+    <td>${j.gpus} × ${esc(j.gpu_type)}</td>
+    <td>${esc(j.nodes.join(", "))}</td>
+    <td>${clock(j.since)} <span class="note">${dur(j.running_s)}</span></td>
+    <td class="num" data-field="cost">${num(j.cost)} <span class="note">${num(j.rate)} / h</span></td>
+  </tr>`);
+  $("running").tBodies[0].innerHTML = rows.join("") || `<tr><td colspan="7" class="muted">Nothing is running.</td></tr>`;
+  const others = r.other_teams ? ` · ${r.other_teams} of other teams` : "";
+  $("running-summary").textContent = `${r.running} running${others} · costs in credits`;
 }
 
 function renderTeams(t) {
@@ -236,7 +219,8 @@ function drawTimeline(tl) {
   }
   for (let i = 0; i <= 4; i++) {
     const t = tl.start + (tl.end - tl.start) * i / 4;
-    ctx.fillText(new Date(t * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }), x(t) - 14, B + 8);
+    const fmt = tl.end - tl.start < 600 ? { minute: "2-digit", second: "2-digit" } : { hour: "2-digit", minute: "2-digit" };
+    ctx.fillText(new Date(t * 1000).toLocaleTimeString([], fmt), x(t) - 14, B + 8);
   }
   // Utilisation as a filled area, goodput as a line on it: the gap between them is lost work.
   ctx.fillStyle = "rgba(31, 79, 209, 0.18)"; ctx.beginPath(); ctx.moveTo(x(tl.t[0]), y(0));
@@ -262,30 +246,23 @@ function drawTimeline(tl) {
     lx += ctx.measureText(label).width + 30;
   }
   canvas.dataset.events = tl.events.length;
+  canvas.dataset.start = tl.start;
+  $("timeline-since").textContent = tl.start > tl.end - $("window").value + 1 ? "since the service began, " + clock(tl.start) : "";
   const recent = tl.events.slice(-12).reverse();
+  const subject = (e) => (e.action.startsWith("node") ? esc(e.subject) : jobLink(e.subject));
   $("events").innerHTML = recent.map((e) =>
-    `<li>${new Date(e.at * 1000).toLocaleTimeString()} <b class="${e.kind}">${e.kind}</b> ${esc(e.subject)}${e.reason ? ": " + esc(e.reason) : ""}</li>`
+    `<li data-subject="${esc(e.subject)}">${clock(e.at)} <b class="${e.kind}">${e.kind}</b> ${subject(e)}${e.reason ? ": " + esc(e.reason) : ""}</li>`
   ).join("") || `<li class="muted">No preemptions or failures in this window.</li>`;
 }
 
 // -- polling --------------------------------------------------------------------------------
 
-async function whoami() {
-  const me = await api("/v1/whoami");
-  $("who").innerHTML = `${esc(me.team ? "team " + me.team : me.role)} <button id="logout">sign out</button>`;
-  $("logout").onclick = () => { localStorage.removeItem("arbiterToken"); location.reload(); };
-}
-
-function showLogin(message) {
-  $("login").hidden = false;
-  $("login-error").textContent = message || "";
-}
-
 async function refresh() {
   if (document.hidden) return;
   try {
-    const [h, q, t] = await Promise.all([api("/ui/api/heatmap"), api("/ui/api/queue"), api("/ui/api/teams")]);
-    renderLegend(h); drawHeatmap(h); renderQueue(q); renderTeams(t); renderSummary(h, q, t);
+    const [h, r, q, t] = await Promise.all(
+      [api("/ui/api/heatmap"), api("/ui/api/running"), api("/ui/api/queue"), api("/ui/api/teams")]);
+    renderLegend(h); drawHeatmap(h); renderRunning(r); renderQueue(q); renderTeams(t); renderSummary(h, q, t);
     document.body.dataset.loaded = "1";
   } catch (e) {
     if (e instanceof AuthError) return showLogin(e.message === "no token" ? "" : e.message);
@@ -304,16 +281,9 @@ async function refreshTimeline() {
 
 function start() {
   setupHeatmapHover();
-  $("login").addEventListener("submit", (ev) => {
-    ev.preventDefault();
-    localStorage.setItem("arbiterToken", $("token").value.trim());
-    $("login").hidden = true;
-    whoami().catch(() => {}); refresh(); refreshTimeline();
-  });
+  setupLogin(() => { refresh(); refreshTimeline(); });
   $("window").addEventListener("change", refreshTimeline);
   window.addEventListener("resize", () => heat.data && drawHeatmap(heat.data));
-  if (!token()) showLogin("");
-  else whoami().catch(() => {});
   refresh(); refreshTimeline();
   setInterval(refresh, POLL_MS);
   setInterval(refreshTimeline, TIMELINE_MS);
