@@ -2,7 +2,8 @@
 
 Every command talks to the REST API at `--url` (or ARBITER_URL) with `--token` (or
 ARBITER_TOKEN), prints a Rich table, or JSON with `--json` for scripts. An error from the
-server is one line on stderr and exit code 2.
+server is one line on stderr and exit code 2. `--url` may list several servers, comma-separated
+(a leader and its standbys): each request goes to the first one that takes the connection.
 """
 
 from __future__ import annotations
@@ -36,19 +37,30 @@ def register(app: typer.Typer) -> None:
 def api(
     url: str, token: str, method: str, path: str, headers: dict[str, str] | None = None, **kw: Any
 ) -> Any:
-    """One request; a refusal or an unreachable server becomes an `ArbiterError` line."""
+    """One request; a refusal or an unreachable server becomes an `ArbiterError` line. Of
+    several URLs the first that accepts the connection answers: a server that never got the
+    request (connection refused or timed out) is skipped, one that got it is never asked twice
+    by this function."""
     if not token:
         raise InvalidInput("--token (or ARBITER_TOKEN) is required")
-    try:
-        r = httpx.request(
-            method,
-            url.rstrip("/") + path,
-            headers={"Authorization": f"Bearer {token}", **(headers or {})},
-            timeout=30,
-            **kw,
-        )
-    except httpx.HTTPError as e:
-        raise ArbiterError(f"cannot reach {url}: {e}") from None
+    urls = [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
+    r = None
+    for base in urls:
+        try:
+            r = httpx.request(
+                method,
+                base + path,
+                headers={"Authorization": f"Bearer {token}", **(headers or {})},
+                timeout=30,
+                **kw,
+            )
+            break
+        except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+            error = e
+        except httpx.HTTPError as e:
+            raise ArbiterError(f"cannot reach {base}: {e}") from None
+    if r is None:
+        raise ArbiterError(f"cannot reach {url}: {error if urls else 'no URL given'}")
     if r.status_code >= 400:
         try:
             detail = r.json().get("detail", r.text)
@@ -131,11 +143,50 @@ def submit(
         typer.echo(f"Submitted job {job['id']} (tier {job['tier']}, {job['state']})")
 
 
-def _age(since: float | None) -> str:
+def _age(since: float | None, until: float | None = None) -> str:
+    """H:MM:SS from `since` to `until` (now when None)."""
     if since is None:
         return "-"
-    s = int(max(0.0, time.time() - since))
+    s = int(max(0.0, (time.time() if until is None else until) - since))
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def queue_row(job: dict[str, Any], why: dict[str, str]) -> list[str]:
+    """One line of `arbiter queue`. TIME is how long a pending job has waited since it was
+    submitted, a running one has run since it (re)started, a finished one ran until its end.
+    REASON for a pending job is why it waits now (`why`, the dashboard's analysis); what the
+    row says was the last thing that happened to it, stale once it is queued again."""
+    alloc = job["allocation"] or {}
+    where = ",".join(f"{n}[{','.join(map(str, g))}]" for n, g in alloc.get("nodes", {}).items())
+    state = job["state"]
+    if state in ("running", "preempting"):
+        time_ = _age(job["started_at"])
+    elif state == "pending":
+        time_ = _age(job["submitted_at"])
+    else:
+        time_ = _age(job["started_at"], job["finished_at"])
+    reason = why.get(job["id"], job["reason"]) if state == "pending" else job["reason"]
+    return [
+        job["id"],
+        job["name"],
+        job["team"],
+        str(job["tier"]),
+        state,
+        str(job["gpus"]),
+        where or "-",
+        time_,
+        reason,
+    ]
+
+
+def _why_pending(url: str, token: str) -> dict[str, str]:
+    """Why each pending job waits, worked out by the server's dashboard (`web.reasons`); none
+    when it cannot say (an older server)."""
+    try:
+        view = api(url, token, "GET", "/ui/api/queue", params={"limit": 10_000})
+    except ArbiterError:
+        return {}
+    return {j["id"]: f"{j['reason']}: {j['why']}" for j in view.get("jobs", [])}
 
 
 def queue(
@@ -157,24 +208,12 @@ def queue(
     if as_json:
         typer.echo(json.dumps(jobs, indent=2))
         return
+    why = _why_pending(url, token) if any(j["state"] == "pending" for j in jobs) else {}
     table = Table(title=f"{len(jobs)} job(s)")
     for col in ("JOBID", "NAME", "TEAM", "TIER", "STATE", "GPUS", "NODES", "TIME", "REASON"):
         table.add_column(col)
     for j in jobs:
-        alloc = j["allocation"] or {}
-        where = ",".join(f"{n}[{','.join(map(str, g))}]" for n, g in alloc.get("nodes", {}).items())
-        running = j["state"] in ("running", "preempting")
-        table.add_row(
-            j["id"],
-            j["name"],
-            j["team"],
-            str(j["tier"]),
-            j["state"],
-            str(j["gpus"]),
-            where or "-",
-            _age(j["started_at"] if running else j["submitted_at"]),
-            j["reason"],
-        )
+        table.add_row(*queue_row(j, why))
     Console().print(table)
 
 
