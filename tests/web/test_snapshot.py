@@ -43,3 +43,22 @@ def test_a_teams_use_counts_a_fractional_job_at_its_share():
     loop = loop_over(1, [spec("j1", "a", 2, 4), quarter])
     team_a = next(t for t in snapshot.take(loop, 2.0).teams if t.name == "a")
     assert team_a.used == {"H100": 4.25}
+
+
+def test_open_segments_count_only_what_the_loop_has_not_charged_yet():
+    """The loop charges running segments as they run (up to `billed_to`); the dashboard adds
+    only the rest to what the ledger says, or it counts those seconds twice."""
+    from types import SimpleNamespace
+
+    from gpu_arbiter.control.loop import _Segment
+
+    loop = loop_over(1, [spec("j1", "a", 1, 8)])
+    job = loop.sched.jobs["j1"].spec
+    loop.live = {"j1": SimpleNamespace(spec=job)}
+    loop.segs = {"j1": _Segment(0.0, "H100", 8, 1, False, billed_to=3600.0)}
+    snap = snapshot.take(loop, 5400.0)
+    seg = snap.segments["j1"]
+    rate = loop.charges.rate(job, "H100", 1, 8, False)
+    assert seg.start == 3600.0 and seg.credits(0.0, 5400.0) == rate / 2
+    team_a = next(t for t in snap.teams if t.name == "a")
+    assert team_a.accrued_credits == rate / 2 and team_a.accrued_gpu_seconds == 8 * 1800

@@ -2,9 +2,10 @@
 page (its telemetry curves, checkpoints, what happened to it and what it cost). Pure functions
 of database rows and the snapshot, like `views`; a team sees only its own jobs.
 
-A job's cost so far is what the ledger charged it (less refunds) for the segments that ended,
-plus its open segment priced as its charge will be (`snapshot.OpenSegment`), so the number
-grows while the job runs and does not jump when the segment is charged.
+A job's cost so far is what the ledger charged it (less refunds), which includes what the loop
+charges running segments as they run, plus the seconds of its segment not charged yet, priced
+as their charge will be (`snapshot.OpenSegment`); so the number grows while the job runs and
+does not jump when a charge is posted.
 """
 
 from __future__ import annotations

@@ -86,8 +86,9 @@ class TeamState:
 
 @dataclass(frozen=True, slots=True)
 class OpenSegment:
-    """The run segment a running job is in and has not been charged for yet: since when, at
-    how many credits an hour, on how many GPUs (a fractional job at its share)."""
+    """The part of a running job's segment not charged yet: since when (the loop charges
+    running segments as they run, up to `billed_to`), at how many credits an hour, on how many
+    GPUs (a fractional job at its share)."""
 
     team: str
     start: float
@@ -235,7 +236,8 @@ def take(loop: ControlLoop, now: float) -> Snapshot:
 
 
 def _open_segments(loop: ControlLoop) -> dict[str, OpenSegment]:
-    """Each running job's segment not yet charged, priced as its charge will be."""
+    """Each running job's segment as far as it is not charged yet, priced as its charge will
+    be; what the loop already charged is in the ledger."""
     out = {}
     for job_id, seg in loop.segs.items():
         live = loop.live.get(job_id)
@@ -245,7 +247,7 @@ def _open_segments(loop: ControlLoop) -> dict[str, OpenSegment]:
             live.spec, seg.gpu_type, seg.tier, seg.gpus, is_preemptible(seg.tier, seg.borrowed)
         )
         out[job_id] = OpenSegment(
-            live.spec.team, seg.start, rate, seg.gpus * live.spec.gpu_milli / MILLI
+            live.spec.team, seg.billed_to, rate, seg.gpus * live.spec.gpu_milli / MILLI
         )
     return out
 
