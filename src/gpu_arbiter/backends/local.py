@@ -9,7 +9,12 @@ The backend survives a restart of the control plane: each job has a small state 
 (`<state_dir>/<job>.json`: pid, process start time, GPUs, stop deadline), and the job's shell
 wrapper writes the exit code to `<job>.rc` even when nobody is its parent any more. A new
 `LocalBackend` over the same directory adopts the processes still alive and reports the exits
-that happened while it was away on its first `poll`.
+that happened while it was away on its first `poll`, at the time the job really ended (the exit
+code file's time). A job whose state file is gone too (its exit was seen by a control plane that
+died before recording it) is answered by `outcome` from the same file.
+
+A command that cannot start — exec refuses its environment (too large, a NUL byte) or its
+program is not found — is reported as `JobLaunchFailed` with the error, never as a run.
 
 Multi-node allocations run as one local process that sees the GPUs of its first node in
 `CUDA_VISIBLE_DEVICES` and the whole allocation in `ARBITER_ALLOCATION` ("node:0,1;node2:0,1"),
@@ -18,8 +23,10 @@ for a launcher such as torchrun to fan out.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -28,11 +35,18 @@ from pathlib import Path
 
 from gpu_arbiter.backends.base import Placement, Running
 from gpu_arbiter.domain import Event, InvalidInput, JobFinished, JobStopped
-from gpu_arbiter.domain.events import JobFailed
+from gpu_arbiter.domain.events import JobFailed, JobLaunchFailed
 
 # The outer shell ignores nothing (its children get default signal dispositions); its trap only
 # defers TERM until the job has exited, so it can still record the exit code.
 _WRAPPER = 'trap : TERM INT; /bin/sh -c "$1"; rc=$?; echo $rc > "$2.tmp"; mv "$2.tmp" "$2"'
+# Words the shell runs itself: a command starting with one is not checked for a program.
+_SHELL_WORDS = frozenset(
+    "! { } ( ) case do done elif else esac fi for if in then until while . : [ alias bg break cd "
+    "command continue echo eval exec exit export false fg getopts hash jobs kill local printf "
+    "pwd read readonly return set shift test times trap true type ulimit umask unalias unset "
+    "wait".split()
+)
 
 
 @dataclass(slots=True)
@@ -123,6 +137,20 @@ class LocalBackend:
     def log_path(self, job_id: str) -> Path:
         return self.dir / f"{job_id}.log"
 
+    def outcome(self, job_id: str, since: float) -> Event | None:
+        """How a job this backend no longer runs ended, from the exit code its wrapper wrote,
+        at the time it wrote it; None when there is no record of the run that began at `since`
+        (an older run's file, or the job never started)."""
+        path = self.dir / f"{job_id}.rc"
+        try:
+            ended = path.stat().st_mtime
+        except OSError:
+            return None
+        rc = _read_rc(path)
+        if rc is None or ended < since:
+            return None
+        return JobFinished(job_id, ended) if rc == 0 else JobFailed(job_id, ended, rc)
+
     def shutdown(self) -> None:
         """Forget the children without killing them: jobs outlive a control-plane restart."""
         self._procs.clear()
@@ -146,15 +174,22 @@ class LocalBackend:
         env["ARBITER_ALLOCATION"] = ";".join(
             f"{n}:{','.join(str(g) for g in gs)}" for n, gs in placement.gpus_by_node.items()
         )
-        with self.log_path(job_id).open("ab") as log:
-            popen = subprocess.Popen(
-                ["/bin/sh", "-c", _WRAPPER, "arbiter-job", placement.command, str(rc_path)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
+        missing = _missing_program(placement.command, env.get("PATH"))
+        try:
+            if missing is not None:
+                raise FileNotFoundError(missing)
+            with self.log_path(job_id).open("ab") as log:
+                popen = subprocess.Popen(
+                    ["/bin/sh", "-c", _WRAPPER, "arbiter-job", placement.command, str(rc_path)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+        except (OSError, ValueError) as e:  # exec refused it: E2BIG, a NUL byte, no program
+            self._events.append(JobLaunchFailed(job_id, time.time(), _launch_error(e)))
+            return
         proc = _Proc(job_id, popen.pid, _start_ticks(popen.pid), gpus, nodes, popen)
         self._procs[job_id] = proc
         self._save(proc)
@@ -162,10 +197,16 @@ class LocalBackend:
     def _exited(self, proc: _Proc, now: float) -> None:
         del self._procs[proc.job_id]
         _signal_group(proc.pid, signal.SIGKILL)  # stragglers the job left behind
-        rc = _read_rc(self.dir / f"{proc.job_id}.rc")
+        rc_path = self.dir / f"{proc.job_id}.rc"
+        rc = _read_rc(rc_path)
         (self.dir / f"{proc.job_id}.json").unlink(missing_ok=True)
         if proc.job_id in self._deferred:
             return  # the next run is waiting to start: this exit is the old run's
+        if rc is not None:  # when it really ended: it may have been while nobody watched
+            try:
+                now = min(now, rc_path.stat().st_mtime)
+            except OSError:
+                pass
         if proc.stopping:
             self._events.append(JobStopped(proc.job_id, now))
         elif rc == 0:
@@ -231,6 +272,28 @@ def _start_ticks(pid: int) -> int:
     if rest[0] == "Z":
         return 0
     return int(rest[19])
+
+
+def _missing_program(command: str, path: str | None) -> str | None:
+    """The shell's own error when the command's first word names a program that is not there
+    (`foo: not found`); None when it is there or the word is shell syntax the shell resolves
+    itself (a builtin, a variable, a redirection), which only running it can tell."""
+    words = command.split(None, 1)
+    word = words[0] if words else ""
+    if not word or word in _SHELL_WORDS or any(c in word for c in "$`'\"\\<>|;&(){}*?[]~="):
+        return None
+    if "/" in word:
+        ok = os.path.isfile(word) and os.access(word, os.X_OK)
+        return None if ok else f"{word}: not found or not executable"
+    return None if shutil.which(word, path=path) else f"{word}: not found"
+
+
+def _launch_error(e: Exception) -> str:
+    if isinstance(e, OSError) and e.errno == errno.E2BIG:
+        return f"the job's environment and command are too large for exec ({e.strerror})"
+    if isinstance(e, ValueError):
+        return f"the job's command or environment cannot be passed to exec: {e}"
+    return str(e)
 
 
 def _read_rc(path: Path) -> int | None:

@@ -15,10 +15,29 @@ which the control plane records as the job's allocation. Counts per node always 
 engine's capacity books stay right. Slurm forgets the indices once a job has ended, so a job
 that ends within one poll interval keeps the engine's indices in the record.
 
-Stopping: with a grace, `scancel --signal=TERM --full` (the batch shell and every step get the
-notice) and, once the grace has run out, `scancel --signal=KILL --full` then `scancel`; without
-a grace (tier 3) a plain `scancel` at once. A stopped job is reported only when Slurm says it is
+The batch script is a small wrapper: it runs the command, waits for it, and writes an exit
+record (`<job>.exit`: exit code and end time) next to the job's log, so how a job ended is known
+even after Slurm has forgotten it.
+
+Stopping: with a grace, `scancel --signal=TERM --full` (the notice reaches every process of the
+job at once) and, when the grace has run out, `scancel --batch --signal=USR2`, on which the
+wrapper SIGKILLs the job's whole process group. The kill must not go through Slurm's own
+cancel: a `scancel` (or `--signal=KILL --full`) makes slurmstepd send TERM and wait `KillWait`
+before it kills, so a 60 s grace became 90 s. Should the job still run `KILL_FALLBACK_S` after
+its deadline (a wrapper that is not there), a plain `scancel` ends it the slow way. Without a
+grace (tier 3) a plain `scancel` at once. A stopped job is reported only when Slurm says it is
 gone (not while it is COMPLETING), so its GPUs are never handed out while its processes live.
+
+Failures: a job that ends in `NODE_FAIL` (its node was set down, failed or lost its slurmd, even
+if `ReturnToService` brought the node back before any `sinfo` saw it down), or that failed while
+one of its nodes is down, is reported `JobLost`, not `JobFailed`: the job did nothing wrong and
+is requeued from its checkpoint. An `sbatch` that Slurm refuses is `JobLaunchFailed` with
+Slurm's error; one that could not reach Slurm is retried on the next polls (adopting the job
+if the submission had in fact gone through).
+
+After a control-plane restart, `outcome` says how a job that is no longer running ended: from
+`sacct` when Slurm keeps accounting, else `scontrol show job` while Slurm still holds the job,
+else the exit record.
 
 Nodes: every `poll_interval_s`, `sinfo -N` gives node states; a drained, down or unresponsive
 node becomes `NodeDown` (with Slurm's reason), and back in service `NodeUp`. `inventory()` turns
@@ -32,10 +51,11 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shlex
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,13 +65,21 @@ from gpu_arbiter.backends.slurm_inventory import (
     SlurmNode,
     is_fault,
     parse_exit_code,
+    parse_fields,
     parse_job_gpus,
     parse_nodes,
     parse_squeue,
     parse_topology,
 )
 from gpu_arbiter.domain import ArbiterError, Event, InvalidInput, JobFinished, JobStopped
-from gpu_arbiter.domain.events import JobFailed, JobPlaced, NodeDown, NodeUp
+from gpu_arbiter.domain.events import (
+    JobFailed,
+    JobLaunchFailed,
+    JobLost,
+    JobPlaced,
+    NodeDown,
+    NodeUp,
+)
 
 log = logging.getLogger("gpu_arbiter.backends.slurm")
 
@@ -91,8 +119,25 @@ _FAILED = frozenset(
 )
 
 
+# States that say the job's node failed, not the job.
+_NODE_FAILED = frozenset({"NODE_FAIL", "BOOT_FAIL"})
+# Slurm's words for "could not reach the controller": worth trying again, not a refusal.
+_TRANSIENT = re.compile(
+    r"Unable to contact|Socket timed out|temporarily unavailable|Connection refused|"
+    r"Zero Bytes were transmitted|Slurm backup controller in standby mode",
+    re.I,
+)
+# Seconds after a kill deadline before a job still running is cancelled through Slurm itself.
+KILL_FALLBACK_S = 10.0
+
+
 class SlurmError(ArbiterError):
-    """A Slurm command failed (its stderr is the message)."""
+    """A Slurm command failed (its stderr is the message). `transient`: Slurm could not be
+    reached, so the same command may well succeed later."""
+
+    def __init__(self, message: str, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 @dataclass(slots=True)
@@ -136,6 +181,7 @@ class SlurmBackend:
         if slurm_conf is not None:
             self._env["SLURM_CONF"] = slurm_conf
         self._jobs: dict[str, _Job] = {}
+        self._unsent: dict[str, Placement] = {}  # sbatch could not reach Slurm: try again
         self._events: list[Event] = []
         self._node_fault: dict[str, bool] = {}
         self._last_query = -float("inf")
@@ -149,14 +195,46 @@ class SlurmBackend:
         old = self._jobs.get(placement.job_id)
         if old is not None and not old.stopping:
             raise InvalidInput(f"slurm backend: job {placement.job_id} already runs")
-        out = self._run(
-            ["sbatch", "--parsable", *self._sbatch_args(placement)], stdin=self._script(placement)
-        )
+        self._exit_record(placement.job_id).unlink(missing_ok=True)
+        self._submit(placement)
+
+    def _submit(self, placement: Placement) -> None:
+        job_id = placement.job_id
+        try:
+            out = self._run(
+                ["sbatch", "--parsable", *self._sbatch_args(placement)],
+                stdin=self._script(placement),
+            )
+        except SlurmError as e:
+            if e.transient:
+                log.warning("job %s: sbatch will be tried again: %s", job_id, e)
+                self._unsent[job_id] = placement
+            else:
+                self._events.append(JobLaunchFailed(job_id, time.time(), f"sbatch: {e}"))
+            return
+        self._unsent.pop(job_id, None)
         slurm_id = out.strip().split(";", 1)[0]
-        self._jobs[placement.job_id] = _Job(placement.job_id, slurm_id, placement)
-        log.info("job %s submitted as Slurm job %s", placement.job_id, slurm_id)
+        self._jobs[job_id] = _Job(job_id, slurm_id, placement)
+        log.info("job %s submitted as Slurm job %s", job_id, slurm_id)
+
+    def _resend(self) -> None:
+        """Submit again what could not reach Slurm, unless it did get through after all."""
+        for job_id, placement in list(self._unsent.items()):
+            try:
+                rows = self._squeue("--name", PREFIX + job_id)
+            except SlurmError:
+                return  # still unreachable
+            active = [r for r in rows if r.state in _ACTIVE]
+            if active:
+                del self._unsent[job_id]
+                self._jobs[job_id] = _Job(job_id, active[-1].base_id, placement)
+            else:
+                self._submit(placement)
 
     def stop(self, job_id: str, grace_s: float) -> None:
+        if self._unsent.pop(job_id, None) is not None:
+            self._events.append(JobStopped(job_id, time.time()))
+            return
         job = self._jobs.get(job_id)
         if job is None or job.stopping:
             return
@@ -179,26 +257,47 @@ class SlurmBackend:
     def poll(self) -> list[Event]:
         now_mono = time.monotonic()
         for job in self._jobs.values():
-            if job.kill_at is not None and now_mono >= job.kill_at and not job.killed:
-                self._scancel(job.slurm_id, "--signal=KILL", "--full")
-                self._scancel(job.slurm_id)
+            if job.kill_at is None:
+                continue
+            if now_mono >= job.kill_at and not job.killed:
+                # The deadline: the wrapper kills the command at once, whatever KillWait is.
+                self._scancel(job.slurm_id, "--batch", "--signal=USR2")
                 job.killed = True
+            elif now_mono >= job.kill_at + KILL_FALLBACK_S:
+                self._scancel(job.slurm_id)
+                job.kill_at = None
         if now_mono - self._last_query >= self.poll_interval_s:
             self._last_query = now_mono
             try:
-                self._poll_jobs(time.time())
+                self._resend()
                 self._poll_nodes(time.time())
+                self._poll_jobs(time.time())
             except SlurmError as e:
                 log.warning("slurm poll failed, will retry: %s", e)
         events, self._events = self._events, []
         return events
 
     def running(self) -> list[Running]:
-        return [
+        out = [
             Running(j.job_id, tuple(j.placement.gpus_by_node) if j.placement else ())
             for j in self._jobs.values()
             if not j.stopping
         ]
+        return out + [Running(j, tuple(p.gpus_by_node)) for j, p in self._unsent.items()]
+
+    def outcome(self, job_id: str, since: float) -> Event | None:
+        """How a job Slurm no longer runs ended (after a control-plane restart), at its real
+        end: from accounting, else from Slurm's memory of the job, else from the exit record
+        its batch script wrote. None when none of them knows the run that began at `since`."""
+        for ask in (self._outcome_sacct, self._outcome_scontrol, self._outcome_record):
+            try:
+                ended = ask(job_id, since)
+            except SlurmError as e:
+                log.info("job %s: %s", job_id, e)
+                continue
+            if ended is not None:
+                return ended
+        return None
 
     def log_path(self, job_id: str) -> Path:
         return self.dir / f"{job_id}.log"
@@ -261,14 +360,30 @@ class SlurmBackend:
             args += component([node], len(gpus))
         return args
 
+    def _exit_record(self, job_id: str) -> Path:
+        return self.dir / f"{job_id}.exit"
+
     def _script(self, p: Placement) -> str:
-        """The batch script: Arbiter's environment, then the command. CUDA_VISIBLE_DEVICES is
-        Slurm's (see the module docstring); the script is sent on stdin, so the job token never
+        """The batch script: Arbiter's environment, then the command under a wrapper that
+        waits for it (the notice, TERM, reaches the command from Slurm directly; the wrapper
+        only defers it), SIGKILLs the job's whole process group, itself included, on USR2 (the
+        deadline, see the module docstring) and writes the exit record either way.
+        CUDA_VISIBLE_DEVICES is Slurm's; the script is sent on stdin, so the job token never
         appears on a command line or in a file outside Slurm's spool."""
         env = {**p.env, "ARBITER_JOB_ID": p.job_id, "ARBITER_BACKEND": "slurm"}
+        record = shlex.quote(str(self._exit_record(p.job_id)))
         lines = ["#!/bin/sh"]
         lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
-        lines.append(f"exec /bin/sh -c {shlex.quote(p.command)}")
+        write = f'echo "$rc $(date +%s)" > {record}.tmp && mv {record}.tmp {record}'
+        lines += [
+            "trap : TERM",
+            f"trap 'rc=137; {write}; kill -KILL 0' USR2",
+            f"/bin/sh -c {shlex.quote(p.command)} &",
+            "child=$!",
+            "while :; do wait $child; rc=$?; kill -0 $child 2>/dev/null || break; done",
+            write,
+            "exit $rc",
+        ]
         return "\n".join(lines) + "\n"
 
     def _poll_jobs(self, now: float) -> None:
@@ -290,8 +405,26 @@ class SlurmBackend:
                 self._events.append(JobStopped(job.job_id, now))
             elif states and states <= {"COMPLETED"}:
                 self._events.append(JobFinished(job.job_id, now))
+            elif failed := self._node_failure(comps):
+                self._events.append(JobLost(job.job_id, now, failed))
             else:
                 self._events.append(JobFailed(job.job_id, now, self._exit_code(job, states)))
+
+    def _node_failure(self, comps: list[SlurmJob]) -> str | None:
+        """Why the job's end was its node's doing, or None: Slurm ended it NODE_FAIL, or it
+        failed while one of its nodes is down (whichever Slurm reported first)."""
+        for c in comps:
+            if c.state in _NODE_FAILED:
+                return f"Slurm job {c.slurm_id} on {c.nodes} ended {c.state}"
+        for c in comps:
+            try:
+                names = self.hostnames(c.nodes) if c.nodes else []
+            except SlurmError:
+                names = []
+            down = [n for n in names if self._node_fault.get(n)]
+            if down and c.state in _FAILED:
+                return f"Slurm job {c.slurm_id} ended {c.state} while {', '.join(down)} was down"
+        return None
 
     def _check_placement(self, job: _Job, now: float) -> None:
         text = self._run(["scontrol", "show", "-d", "job", job.slurm_id])
@@ -332,9 +465,49 @@ class SlurmBackend:
             else:
                 self._events.append(NodeUp(name, now))
 
-    def _squeue(self) -> list[SlurmJob]:
-        out = self._run(["squeue", "--me", "-h", "-t", "all", "-o", "%i|%T|%j|%N"])
+    def _squeue(self, *args: str) -> list[SlurmJob]:
+        out = self._run(["squeue", "--me", "-h", "-t", "all", "-o", "%i|%T|%j|%N", *args])
         return [r for r in parse_squeue(out) if r.name.startswith(PREFIX)]
+
+    def _ended(self, job_id: str, state: str, code: int, end: float) -> Event:
+        if state == "COMPLETED" and code == 0:
+            return JobFinished(job_id, end)
+        if state in _NODE_FAILED:
+            return JobLost(job_id, end, f"Slurm ended it {state}")
+        return JobFailed(job_id, end, code if code else -1)
+
+    def _outcome_sacct(self, job_id: str, since: float) -> Event | None:
+        """From Slurm's accounting (`sacct`), when the site keeps it."""
+        start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 1))
+        out = self._run(
+            ["sacct", "-n", "-P", "-X", f"--name={PREFIX}{job_id}", f"--starttime={start}"]
+            + ["--format=JobIDRaw,State,ExitCode,Submit,End"]
+        )
+        return parse_sacct(job_id, out, since, self._ended)
+
+    def _outcome_scontrol(self, job_id: str, since: float) -> Event | None:
+        """From Slurm's memory of the job (`MinJobAge` after its end)."""
+        rows = [r for r in self._squeue("--name", PREFIX + job_id) if r.state not in _ACTIVE]
+        if not rows:
+            return None
+        newest = max(rows, key=lambda r: int(r.base_id))
+        f = parse_fields(self._run(["scontrol", "show", "job", "-o", newest.base_id]))
+        submitted, end = slurm_time(f.get("SubmitTime")), slurm_time(f.get("EndTime"))
+        if submitted is None or end is None or submitted < since - 1:
+            return None  # an earlier run's, or the times are unreadable
+        code = parse_exit_code(f"ExitCode={f.get('ExitCode', '')}") or 0
+        return self._ended(job_id, f.get("JobState", newest.state), code, end)
+
+    def _outcome_record(self, job_id: str, since: float) -> Event | None:
+        """From the exit record the batch script wrote (`rc end`), if it is this run's."""
+        try:
+            rc_text, end_text = self._exit_record(job_id).read_text().split()
+            rc, end = int(rc_text), float(end_text)
+        except (OSError, ValueError):
+            return None
+        if end < since - 1:
+            return None
+        return JobFinished(job_id, end) if rc == 0 else JobFailed(job_id, end, rc)
 
     def _adopt(self) -> None:
         """Take over the jobs a previous control plane started (their names say whose)."""
@@ -369,7 +542,40 @@ class SlurmBackend:
                 check=False,
             )
         except (OSError, subprocess.TimeoutExpired) as e:
-            raise SlurmError(f"{argv[0]}: {e}") from e
+            raise SlurmError(f"{argv[0]}: {e}", transient=True) from e
         if res.returncode != 0:
-            raise SlurmError(f"{shlex.join(argv)}: {res.stderr.strip() or res.returncode}")
+            err = res.stderr.strip()
+            raise SlurmError(
+                f"{shlex.join(argv)}: {err or res.returncode}",
+                transient=bool(_TRANSIENT.search(err)),
+            )
         return res.stdout
+
+
+def slurm_time(text: str | None) -> float | None:
+    """`2026-12-07T12:30:08` (Slurm's local time) as epoch seconds; None for `Unknown`."""
+    try:
+        return time.mktime(time.strptime(text or "", "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def parse_sacct(
+    job_id: str, text: str, since: float, ended: Callable[[str, str, int, float], Event]
+) -> Event | None:
+    """The newest finished run submitted since `since` in `sacct -n -P -X
+    --format=JobIDRaw,State,ExitCode,Submit,End` lines, as `ended(job_id, state, code, end)`."""
+    best: tuple[int, Event] | None = None
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 5 or not parts[0].isdigit():
+            continue
+        sid, state, code_text, submit_text, end_text = parts
+        state = state.split()[0].upper()  # "CANCELLED by 0"
+        submitted, end = slurm_time(submit_text), slurm_time(end_text)
+        if state in _ACTIVE or submitted is None or end is None or submitted < since - 1:
+            continue
+        code = parse_exit_code(f"ExitCode={code_text}") or 0
+        if best is None or int(sid) > best[0]:
+            best = (int(sid), ended(job_id, state, code, end))
+    return best[1] if best else None

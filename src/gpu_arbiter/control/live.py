@@ -1,6 +1,7 @@
-"""The engine as the live control plane needs it: the simulator's `Scheduler`, plus the two
-things only a driver that restarts needs — re-entering a job at the tier it had, and adopting a
-job that is already running on known GPUs (after a restart or an engine rebuild).
+"""The engine as the live control plane needs it: the simulator's `Scheduler`, plus what only a
+driver of real executors needs — re-entering a job at the tier it had, adopting a job that is
+already running on known GPUs (after a restart or an engine rebuild), and losing one job to a
+node failure that the executor reports for the job rather than for the node.
 
 Both use the scheduler's own state-change steps, so the indexes, quota and fair-share books
 stay exactly as if the engine had started the job itself; the Start decision that step records
@@ -9,12 +10,43 @@ is dropped because the job is already running.
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpu_arbiter.domain import MILLI, Allocation, InvalidInput, Job, JobSpec, JobState, Start, Tier
 from gpu_arbiter.engine import Scheduler
 from gpu_arbiter.engine.placement import gpus_to_mask
 
 
 class LiveScheduler(Scheduler):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Jobs that reported a checkpoint through the SDK: they keep checkpoints even without a
+        # declared interval, so a failure does not demote them (E3).
+        self.sdk_checkpoints: set[str] = set()
+
+    def checkpoints(self, job: Job) -> bool:
+        return job.id in self.sdk_checkpoints or super().checkpoints(job)
+
+    def lost(self, job_id: str, now: float) -> Job:
+        """A running job's node failed under it, and the executor said so for the job (Slurm's
+        NODE_FAIL) before or without the node being seen down: the same as `node_down` does
+        for each job of a failed node — a restart, requeued with what its checkpoint kept,
+        demoted only without checkpoints (E3), on a hot spare first when one is held (F2)."""
+        job = self.running.get(job_id)
+        if job is None:
+            raise InvalidInput(f"job {job_id!r} is not running")
+        self.pending_stops.pop(job_id, None)
+        demote = (
+            self.cfg.demote_after_uncheckpointed_failure
+            and not self.checkpoints(job)
+            and job.tier < Tier.EXPLORATORY
+        )
+        job.restarts += 1
+        self._stop(job, now, keep_all=False, demote=demote)
+        self._victim_gone(job_id, now)
+        self._restart_on_spares([job], now)
+        return job
+
     def resubmit(self, spec: JobSpec, submitted_at: float, tier: Tier) -> Job:
         """Queue a job known from the database at the tier it last ran at (a failure may have
         demoted it, E3)."""

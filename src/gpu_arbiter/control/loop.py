@@ -66,7 +66,14 @@ from gpu_arbiter.domain import (
     Team,
     Tier,
 )
-from gpu_arbiter.domain.events import JobFailed, JobPlaced, NodeDown, NodeUp
+from gpu_arbiter.domain.events import (
+    JobFailed,
+    JobLaunchFailed,
+    JobLost,
+    JobPlaced,
+    NodeDown,
+    NodeUp,
+)
 from gpu_arbiter.domain.team import check_quotas
 from gpu_arbiter.economy import (
     CHARGE,
@@ -211,6 +218,8 @@ class ControlLoop:
         self._wakeup = math.inf
         self.last_cycle_result: Any = None
         self.burn: dict[str, float] = {}
+        # Starts the backend refused after their commit, handled on the next tick.
+        self._launch_failures: list[JobLaunchFailed] = []
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -440,6 +449,8 @@ class ControlLoop:
                 tier=row["tier"],
                 last_checkpoint_at=row["last_checkpoint_at"],
             )
+            if self.sched is not None and row["last_checkpoint_at"] is not None:
+                self.sched.sdk_checkpoints.add(row["id"])
             if row["state"] == "running":
                 running_rows[row["id"]] = row
                 if row["seg_start"] is not None:
@@ -458,6 +469,11 @@ class ControlLoop:
         adopt = set(plan.adopt)
         for job_id, live in list(self.live.items()):
             row = running_rows.get(job_id)
+            ended = None
+            if row is not None and job_id not in adopt:
+                ended = self._ended_while_away(row)
+                if ended is not None and self._record_end(tx, job_id, ended, row):
+                    continue
             if self.sched is None:
                 if row is not None:
                     self._requeue(tx, job_id, "no nodes are registered", stop=True)
@@ -476,11 +492,57 @@ class ControlLoop:
                     continue
                 except InvalidInput as e:
                     why = f"could not take it back after a restart: {e}"
+            elif isinstance(ended, JobLost):
+                self._requeue(
+                    tx,
+                    job_id,
+                    f"node failure while the control plane was down: {ended.reason}",
+                    lost_from=self._lost_from(job_id),
+                    restart=True,
+                    at=ended.at,
+                )
+                continue
+            elif ended is not None:
+                self._requeue(tx, job_id, "stopped after preemption", at=ended.at)
+                continue
             else:
-                why = "its process was gone after a restart"
+                why = (
+                    f"its process was gone after a restart and {self.backend.name} does not "
+                    "know how it ended: started again"
+                )
             self._requeue(tx, job_id, why, stop=job_id in adopt)
         self._changed = True
         self._rebuild = False
+
+    def _ended_while_away(self, row: Mapping[str, Any]) -> Any:
+        """How a job the database has running, and the backend no longer runs, ended — the
+        backend's answer (an event at the job's real end), or None when its fate is unknown
+        (it never started, or the executor has forgotten it)."""
+        ask = getattr(self.backend, "outcome", None)
+        if ask is None or row["started_at"] is None:
+            return None
+        try:
+            return ask(row["id"], row["started_at"])
+        except Exception:
+            log.exception("job %s: asking %s how it ended failed", row["id"], self.backend.name)
+            return None
+
+    def _record_end(self, tx: _Tx, job_id: str, ended: Any, row: Mapping[str, Any]) -> bool:
+        """Record a job that ended while the control plane was away at its real end, charged
+        up to then; False when the end puts it back in the queue instead (a node failure, or
+        an exit on a preemption's notice)."""
+        actor = self.backend.name
+        if isinstance(ended, JobFinished):
+            self._end(tx, job_id, "completed", "", exit_code=0, actor=actor, at=ended.at)
+        elif isinstance(ended, JobLaunchFailed):
+            self._never_ran(tx, job_id, ended.reason, actor)
+        elif isinstance(ended, JobFailed) and not row["preempting"]:
+            why = f"exited with code {ended.exit_code}"
+            code = ended.exit_code
+            self._end(tx, job_id, "failed", why, exit_code=code, actor=actor, at=ended.at)
+        else:
+            return False
+        return True
 
     def _new_engine(self) -> LiveScheduler | None:
         if not self.nodes:
@@ -515,7 +577,8 @@ class ControlLoop:
 
     def _tick(self, tx: _Tx) -> None:
         now = tx.now
-        for event in self.backend.poll():
+        failed, self._launch_failures = self._launch_failures, []
+        for event in [*failed, *self.backend.poll()]:
             self._on_event(tx, event)
         if self._rebuild:
             self._build(tx)
@@ -578,7 +641,17 @@ class ControlLoop:
             )
         by_node = values["allocation"]["nodes"]
         self._audit(tx, SCHEDULER, "start", d.job_id, allocation=by_node, borrowed=d.borrowed)
-        tx.after.append(lambda: self.backend.start(placement))
+        tx.after.append(lambda: self._launch(placement))
+
+    def _launch(self, placement: Placement) -> None:
+        """Hand a committed start to the backend; one it refuses fails the job on the next
+        tick (`JobLaunchFailed`) instead of leaving it running with no process."""
+        try:
+            self.backend.start(placement)
+        except Exception as e:
+            log.warning("job %s could not be started: %s", placement.job_id, e)
+            why = str(e) or type(e).__name__
+            self._launch_failures.append(JobLaunchFailed(placement.job_id, time.time(), why))
 
     def _on_preempt(self, tx: _Tx, d: Preempt) -> None:
         assert self.sched is not None
@@ -671,7 +744,7 @@ class ControlLoop:
             self._requeue(tx, job_id, "stopped after preemption")
         elif isinstance(event, JobFinished):
             sched.finished(job_id, tx.now)
-            self._end(tx, job_id, "completed", "", exit_code=0)
+            self._end(tx, job_id, "completed", "", exit_code=0, at=event.at)
         elif isinstance(event, JobFailed):
             sched.finished(job_id, tx.now)
             self._end(
@@ -680,7 +753,17 @@ class ControlLoop:
                 "failed",
                 f"exited with code {event.exit_code}",
                 exit_code=event.exit_code,
+                at=event.at,
             )
+        elif isinstance(event, JobLost):
+            lost_from = self._lost_from(job_id)
+            sched.lost(job_id, tx.now)
+            reason = f"node failure: {event.reason}"
+            self._requeue(tx, job_id, reason, lost_from=lost_from, restart=True, at=event.at)
+            log.warning("job %s requeued from its checkpoint: %s", job_id, reason)
+        elif isinstance(event, JobLaunchFailed):
+            sched.finished(job_id, tx.now)
+            self._never_ran(tx, job_id, event.reason)
         elif isinstance(event, JobPlaced):
             self._placed(tx, event)
 
@@ -725,9 +808,11 @@ class ControlLoop:
         stop: bool = False,
         lost_from: float | None = None,
         restart: bool = False,
+        at: float | None = None,
     ) -> None:
-        """The job holds nothing any more and waits in the queue (the engine already knows)."""
-        self._close_segment(tx, job_id, lost_from)
+        """The job holds nothing any more and waits in the queue (the engine already knows);
+        its run is charged up to `at` (when the executor says it ended; default now)."""
+        self._close_segment(tx, job_id, lost_from, at)
         values: dict[str, Any] = dict(
             state="pending",
             preempting=False,
@@ -754,8 +839,11 @@ class ControlLoop:
         exit_code: int | None = None,
         stop: bool = False,
         actor: str = SCHEDULER,
+        at: float | None = None,
     ) -> None:
-        self._close_segment(tx, job_id)
+        """The job has ended: recorded, and charged, at `at` (its real end when the executor
+        knows it, e.g. after a restart; default now)."""
+        end = self._close_segment(tx, job_id, at=at)
         tx.conn.execute(
             update(JOBS)
             .where(JOBS.c.id == job_id)
@@ -763,7 +851,7 @@ class ControlLoop:
                 state=state,
                 preempting=False,
                 allocation=None,
-                finished_at=tx.now,
+                finished_at=end,
                 exit_code=exit_code,
                 reason=reason,
                 **_no_segment(),
@@ -772,7 +860,7 @@ class ControlLoop:
         live = self.live.pop(job_id, None)
         self.metrics.ended.labels(state).inc()
         if live is not None and state == "completed":
-            self.metrics.jct.labels(str(int(live.spec.tier))).observe(tx.now - live.submitted_at)
+            self.metrics.jct.labels(str(int(live.spec.tier))).observe(end - live.submitted_at)
         self._audit(
             tx,
             actor,
@@ -784,13 +872,21 @@ class ControlLoop:
         if stop:
             tx.after.append(lambda: self.backend.stop(job_id, 0.0))
 
-    def _close_segment(self, tx: _Tx, job_id: str, lost_from: float | None = None) -> None:
-        """Charge what is left of the job's run segment: the seconds since it was last charged
-        (`_accrue`), or less when the accrued charges went too far."""
+    def _close_segment(
+        self, tx: _Tx, job_id: str, lost_from: float | None = None, at: float | None = None
+    ) -> float:
+        """Charge what is left of the job's run segment up to `at` (never past now nor before
+        the segment began): the seconds since it was last charged (`_accrue`), or less when
+        the accrued charges went too far. Returns the end used."""
+        end = tx.now if at is None else min(at, tx.now)
         seg = self.segs.pop(job_id, None)
         live = self.live.get(job_id)
         if seg is None or live is None:
-            return
+            return end
+        end = max(end, seg.start)
+        keeps = None
+        if self.sched is not None and job_id in self.sched.jobs:
+            keeps = self.sched.checkpoints(self.sched.jobs[job_id])
         self.charges.close_segment(
             self.ledger,
             live.spec,
@@ -799,10 +895,28 @@ class ControlLoop:
             tier=seg.tier,
             gpus=seg.gpus,
             start=seg.start,
-            end=max(tx.now, seg.start),
+            end=end,
             preemptible=is_preemptible(seg.tier, seg.borrowed),
             lost_from=lost_from,
+            keeps_checkpoints=keeps,
         )
+        return end
+
+    def _never_ran(self, tx: _Tx, job_id: str, why: str, actor: str = SCHEDULER) -> None:
+        """A job whose command could not start fails, with the executor's error, and costs
+        nothing: its run ends where it began, so what was accrued for it is refunded."""
+        seg = self.segs.get(job_id)
+        at = seg.start if seg is not None else None
+        self._end(tx, job_id, "failed", f"could not start: {why}", actor=actor, at=at)
+
+    def _lost_from(self, job_id: str) -> float | None:
+        """Where a failure's lost work begins: the job's last checkpoint in its current run
+        segment, else the segment's start (F2)."""
+        seg = self.segs.get(job_id)
+        lost_from = self.live[job_id].last_checkpoint_at
+        if seg is not None and (lost_from is None or lost_from < seg.start):
+            lost_from = seg.start
+        return lost_from
 
     def _accrued(self, job_id: str, seg_start: float) -> list[Entry]:
         """The charges posted for the job's run segment that began at `seg_start` while it
@@ -928,11 +1042,7 @@ class ControlLoop:
         sched = self.sched
         affected = sched.node_down(name, tx.now) if sched is not None else []
         for job_id in affected:
-            live = self.live[job_id]
-            seg = self.segs.get(job_id)
-            lost_from = live.last_checkpoint_at
-            if seg is not None and (lost_from is None or lost_from < seg.start):
-                lost_from = seg.start
+            lost_from = self._lost_from(job_id)
             self._requeue(tx, job_id, reason, stop=True, lost_from=lost_from, restart=True)
         self.nodes[name].update(state=state, reason=reason)
         tx.conn.execute(
@@ -1226,6 +1336,8 @@ class ControlLoop:
         doc = data.data()
         if data.checkpoint_at is not None or data.event == "checkpoint":
             live.last_checkpoint_at = data.checkpoint_at or tx.now
+            if self.sched is not None:
+                self.sched.sdk_checkpoints.add(job_id)
         tx.conn.execute(insert(TELEMETRY).values(job_id=job_id, at=tx.now, data=doc))
         tx.conn.execute(
             update(JOBS)

@@ -10,6 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# What a job may put in its environment: well under what exec accepts (128 KiB per string,
+# about 2 MiB for all of them together with the command line), so a job that was queued can
+# always be started, with room left for what Arbiter adds.
+ENV_MAX_BYTES = 128 * 1024
 
 
 class _Strict(BaseModel):
@@ -51,6 +55,27 @@ class JobSubmit(_Strict):
             if key.startswith("ARBITER_") or key == "CUDA_VISIBLE_DEVICES":
                 raise ValueError(f"{key} is set by Arbiter and cannot be overridden")
         return env
+
+    @field_validator("env")
+    @classmethod
+    def _env_fits_exec(cls, env: dict[str, str]) -> dict[str, str]:
+        """exec takes NUL-terminated strings of bounded size: a job that could never start is
+        refused here rather than failing at launch."""
+        size = 0
+        for key, value in env.items():
+            if "\0" in value:
+                raise ValueError(f"{key} contains a NUL byte, which exec cannot pass")
+            size += len(key.encode()) + len(value.encode()) + 2
+        if size > ENV_MAX_BYTES:
+            raise ValueError(f"is {size} bytes; at most {ENV_MAX_BYTES} are accepted")
+        return env
+
+    @field_validator("command")
+    @classmethod
+    def _command_fits_exec(cls, command: str) -> str:
+        if "\0" in command:
+            raise ValueError("contains a NUL byte, which exec cannot pass")
+        return command
 
     def accepted_types(self) -> dict[str, float]:
         if isinstance(self.gpu_types, list):

@@ -65,6 +65,27 @@ class JobFailed:
 
 
 @dataclass(frozen=True, slots=True)
+class JobLost:
+    """A job's run ended because its node failed under it (Slurm's NODE_FAIL, a node set down):
+    not the job's doing, so it is requeued from its checkpoint, never failed for it (F2)."""
+
+    job_id: str
+    at: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobLaunchFailed:
+    """A job's command could not be started at all (exec refused its environment, a missing
+    executable, sbatch refused the job): it fails at once and costs nothing. `reason` is the
+    executor's own error."""
+
+    job_id: str
+    at: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class JobPlaced:
     """A running job got other GPU indices on its nodes than the engine chose (Slurm picks the
     GPUs of a gres request itself): the indices the job really has, to be recorded."""
@@ -87,4 +108,6 @@ class NodeUp:
     at: float
 
 
-Event = JobFinished | JobStopped | JobFailed | JobPlaced | NodeDown | NodeUp
+Event = (
+    JobFinished | JobStopped | JobFailed | JobLost | JobLaunchFailed | JobPlaced | NodeDown | NodeUp
+)

@@ -126,12 +126,16 @@ class ChargeModel:
         preemptible: bool,
         lost_from: float | None = None,
         useful_gpu_seconds: float | None = None,
+        keeps_checkpoints: bool | None = None,
     ) -> list[Entry]:
         """Post the entries for one run segment and return them (none for an empty segment).
 
         `tier` is the tier the job ran at (after any budget cap or demotion), `gpus` the GPUs
         it held. `lost_from` is set only when the segment ended in a failure (see the module
         docstring). `useful_gpu_seconds` (goodput, F4) is recorded on the "run" charge.
+        `keeps_checkpoints` says whether the job keeps checkpoints when the driver knows better
+        than the spec (a live job saving through the SDK without a declared interval); by
+        default it is whether the spec asks for periodic ones.
         """
         if not (math.isfinite(start) and math.isfinite(end)) or end < start:
             raise InvalidInput(f"charge {spec.id}: need start <= end, got [{start}, {end})")
@@ -168,8 +172,10 @@ class ChargeModel:
             entries.append(post(start, cut, RUN, useful_gpu_seconds))
         elif useful_gpu_seconds:
             raise InvalidInput(f"charge {spec.id}: useful_gpu_seconds given but all work was lost")
+        if keeps_checkpoints is None:
+            keeps_checkpoints = spec.checkpoint_interval_s is not None
         if end > cut:
-            if spec.checkpoint_interval_s is None:
+            if not keeps_checkpoints:
                 entries.append(post(cut, end, RERUN, lost_useful))
             else:
                 lost = post(cut, end, LOST_WORK, lost_useful)
@@ -189,6 +195,7 @@ class ChargeModel:
         end: float,
         preemptible: bool,
         lost_from: float | None = None,
+        keeps_checkpoints: bool | None = None,
     ) -> list[Entry]:
         """Post what is left of a run segment whose first seconds were charged while it ran:
         `accrued` are those "run" charges, in order, covering [start, the last one's end).
@@ -198,7 +205,7 @@ class ChargeModel:
         refunded as "ended-earlier"; accrued seconds after `lost_from` of a job that
         checkpoints are refunded as "failure-absorbed", as if they had been charged as lost
         work. A job that disabled checkpointing already paid for its lost accrued seconds,
-        which is what it pays for re-runs anyway."""
+        which is what it pays for re-runs anyway. `keeps_checkpoints` as in `charge_segment`."""
         billed_to = accrued[-1].end if accrued else start
         assert billed_to is not None
         entries: list[Entry] = []
@@ -213,8 +220,11 @@ class ChargeModel:
                 end=end,
                 preemptible=preemptible,
                 lost_from=lost_from,
+                keeps_checkpoints=keeps_checkpoints,
             )
-        absorbed = lost_from is not None and spec.checkpoint_interval_s is not None
+        if keeps_checkpoints is None:
+            keeps_checkpoints = spec.checkpoint_interval_s is not None
+        absorbed = lost_from is not None and keeps_checkpoints
         for charge in accrued:
             a, b = charge.start, charge.end
             assert a is not None and b is not None

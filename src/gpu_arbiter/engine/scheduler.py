@@ -303,7 +303,7 @@ class Scheduler:
             self.pending_stops.pop(job_id, None)
             demote = (
                 self.cfg.demote_after_uncheckpointed_failure
-                and job.spec.checkpoint_interval_s is None
+                and not self.checkpoints(job)
                 and job.tier < Tier.EXPLORATORY
             )
             job.restarts += 1
@@ -311,6 +311,11 @@ class Scheduler:
             self._victim_gone(job_id, now)
         self._restart_on_spares([self.jobs[j] for j in affected], now)
         return affected
+
+    def checkpoints(self, job: Job) -> bool:
+        """Whether the job keeps checkpoints, so a failure costs it only the work since the
+        last one and does not demote it (E3): here, when it asked for periodic ones."""
+        return job.spec.checkpoint_interval_s is not None
 
     def reserve_spares(self, names: Iterable[str]) -> None:
         """Hold these (wholly free) nodes back as hot spares (F2, see `engine.spares`)."""
