@@ -1,0 +1,221 @@
+"""Failures on the real (single-host) test Slurm: a node set down under a job, a job ignoring its
+notice while Slurm's KillWait is longer than its grace, and a control plane that restarts after
+its jobs ended (docs/failures.md). Every node state changed here is restored after the test."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gpu_arbiter.backends.base import Placement
+from gpu_arbiter.backends.slurm import SlurmBackend, parse_sacct, slurm_time
+from gpu_arbiter.control.launch import ServerProcess
+from gpu_arbiter.domain import JobFinished, JobStopped
+from gpu_arbiter.domain.events import JobFailed, JobLost
+from tests.backends.test_slurm import _log, _of, _slurm, _wait
+from tests.control.harness import wait_for
+
+# -- parsing, no Slurm needed ----------------------------------------------------------------
+
+
+def test_sacct_answers_with_the_newest_run_submitted_since_the_question():
+    text = (
+        "40|CANCELLED by 0|0:15|2026-12-07T10:00:00|2026-12-07T10:05:00\n"
+        "52|NODE_FAIL|0:0|2026-12-07T11:00:00|2026-12-07T11:30:00\n"
+        "51|COMPLETED|0:0|2026-12-07T11:00:00|2026-12-07T11:10:00\n"
+    )
+
+    def ended(job_id: str, state: str, code: int, end: float) -> tuple:
+        return (job_id, state, code, time.strftime("%H:%M", time.localtime(end)))
+
+    since = time.mktime(time.strptime("2026-12-07T10:59:59", "%Y-%m-%dT%H:%M:%S"))
+    assert parse_sacct("j1", text, since, ended) == ("j1", "NODE_FAIL", 0, "11:30")
+    assert parse_sacct("j1", text, since + 7200, ended) is None
+
+
+# -- against the real test Slurm -------------------------------------------------------------
+
+
+@pytest.fixture
+def backend(slurm_conf: str, tmp_path: Path) -> Iterator[SlurmBackend]:
+    b = SlurmBackend(tmp_path / "jobs", partition="gpu", poll_interval_s=0.2, slurm_conf=slurm_conf)
+    yield b
+    for job_id in list(b._jobs):
+        b.stop(job_id, 0.0)
+
+
+def _resume(conf: str, node: str) -> None:
+    """Back to service (ReturnToService may have done it already), and wait until it is."""
+    env = {**os.environ, "SLURM_CONF": conf}
+    subprocess.run(
+        ["scontrol", "update", f"nodename={node}", "state=resume"],
+        env=env,
+        capture_output=True,
+        check=False,
+    )
+    wait_for(
+        lambda: (
+            re.search(r"idle|mixed|allocated", _slurm(conf, "sinfo", "-h", "-n", node, "-o", "%T"))
+            and "drain" not in _slurm(conf, "sinfo", "-h", "-n", node, "-o", "%T")
+        ),
+        timeout_s=30,
+    )
+
+
+def test_a_job_whose_node_is_set_down_is_lost_not_failed_though_the_node_returns_at_once(
+    backend, slurm_conf
+):
+    backend.start(Placement("f1", "echo started; sleep 300", {"node1": (0,)}, "H100"))
+    _log(backend, "f1", "started")
+    try:
+        _slurm(slurm_conf, "scontrol", "update", "nodename=node1", "state=down", "reason=arbiter-t")
+        events = _wait(backend, lambda ev: _of(ev, JobLost, "f1") or _of(ev, JobFailed, "f1"))
+    finally:
+        _resume(slurm_conf, "node1")
+    assert not _of(events, JobFailed), events
+    assert "NODE_FAIL" in _of(events, JobLost, "f1")[0].reason
+
+
+def test_a_job_ignoring_its_notice_is_killed_at_its_deadline_not_killwait_later(
+    backend, slurm_conf, tmp_path
+):
+    killwait = int(
+        re.search(r"KillWait\s*=\s*(\d+)", _slurm(slurm_conf, "scontrol", "show", "config"))[1]
+    )
+    grace = 5.0
+    assert killwait >= 30 > grace  # the case that made a 60 s grace 90 s
+    beat = tmp_path / "beat"  # the job's last sign of life
+    command = f"trap '' TERM; echo started; while :; do date +%s.%N > {beat}; sleep 0.1; done"
+    backend.start(Placement("f2", command, {"node2": (0,)}, "H100"))
+    _log(backend, "f2", "started")
+    noticed = time.time()
+    backend.stop("f2", grace)
+    _wait(backend, lambda ev: _of(ev, JobStopped, "f2"), timeout_s=killwait + 30)
+    last = float(beat.read_text())
+    assert noticed + grace - 0.5 <= last <= noticed + grace + 2.0, last - noticed
+
+
+def test_a_new_backend_tells_how_jobs_that_ended_unwatched_ended(backend, slurm_conf):
+    since = time.time()
+    backend.start(Placement("f3", "exit 3", {"node1": (1,)}, "H100"))
+    backend.start(Placement("f4", "true", {"node1": (2,)}, "H100"))
+
+    def gone() -> bool:
+        names = _slurm(slurm_conf, "squeue", "-h", "-o", "%j")
+        return "arbiter-f3" not in names and "arbiter-f4" not in names
+
+    wait_for(gone, timeout_s=30)
+    backend.shutdown()  # the control plane died before it saw either end
+    again = SlurmBackend(backend.dir, partition="gpu", slurm_conf=slurm_conf)
+    assert not {"f3", "f4"} & {r.job_id for r in again.running()}
+    failed, done = again.outcome("f3", since), again.outcome("f4", since)
+    assert isinstance(failed, JobFailed) and failed.exit_code == 3, failed
+    assert isinstance(done, JobFinished), done
+    assert since - 1 <= failed.at <= time.time() and since - 1 <= done.at <= time.time()
+    assert again.outcome("f3", time.time() + 5) is None  # not the run a later start asks about
+    assert (backend.dir / "f3.exit").read_text().split()[0] == "3"  # the exit record
+
+
+# -- serve on Slurm --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def slurm_serve(slurm_conf, tmp_path, monkeypatch) -> Iterator[list[ServerProcess]]:
+    """`arbiter serve --backend slurm` servers; afterwards they are stopped and every Slurm job
+    they submitted is cancelled."""
+    monkeypatch.setenv("SLURM_CONF", slurm_conf)
+    started: list[ServerProcess] = []
+    yield started
+    for s in started:
+        s.kill()
+    for line in _slurm(slurm_conf, "squeue", "-h", "-o", "%i|%j").splitlines():
+        sid, _, name = line.partition("|")
+        if name.startswith("arbiter-") and name[8:] in _submitted(started):
+            subprocess.run(["scancel", sid], env={**os.environ, "SLURM_CONF": slurm_conf})
+
+
+def _submitted(servers: list[ServerProcess]) -> set[str]:
+    return {
+        p.name.removesuffix(".log") for s in servers for p in (s.state_dir / "jobs").glob("*.log")
+    }
+
+
+def _serve(tmp_path: Path, servers: list[ServerProcess]) -> httpx.Client:
+    server = ServerProcess(
+        str(tmp_path / "a.db"),
+        tmp_path / "state",
+        "admin-tok",
+        extra=["--backend", "slurm", "--slurm-partition", "gpu"],
+    )
+    servers.append(server)
+    server.start()
+    c = server.client()
+    wait_for(lambda: c.get("/healthz").json()["nodes"] >= 2, timeout_s=30)
+    return c
+
+
+def _job(c: httpx.Client, job_id: str) -> dict:
+    return c.get(f"/v1/jobs/{job_id}").json()
+
+
+def test_serve_requeues_a_job_whose_node_slurm_set_down_from_its_checkpoint(
+    slurm_conf, tmp_path, slurm_serve
+):
+    c = _serve(tmp_path, slurm_serve)
+    c.put("/v1/teams/research", json={"quota": {"H100": 16}}).raise_for_status()
+    body = {"team": "research", "command": "sleep 300", "gpus": 8, "tier": 1}
+    job_id = c.post("/v1/jobs", json=body).json()["id"]
+    job = wait_for(lambda: (j := _job(c, job_id))["state"] == "running" and j)
+    (node,) = job["allocation"]["nodes"]
+    r = c.post(f"/v1/jobs/{job_id}/telemetry", json={"event": "checkpoint", "step": 10})
+    checkpoint_at = r.json()["at"]
+    try:
+        _slurm(slurm_conf, "scontrol", "update", f"nodename={node}", "state=down", "reason=t")
+        job = wait_for(lambda: (j := _job(c, job_id))["restarts"] == 1 and j, timeout_s=30)
+    finally:
+        _resume(slurm_conf, node)
+    assert job["state"] in ("pending", "running") and job["tier"] == 1, job
+    assert "node failure" in job["reason"] or job["state"] == "running"
+    ledger = c.get("/v1/ledger", params={"limit": 1000}).json()
+    lost = [e for e in ledger if e.get("job_id") == job_id and e["reason"] == "lost-work"]
+    assert len(lost) == 1 and lost[0]["start"] == pytest.approx(checkpoint_at)
+    assert not [e for e in ledger if e.get("job_id") == job_id and e["reason"] == "rerun"]
+
+
+def test_serve_killed_while_a_slurm_job_ends_records_it_at_its_end_and_never_resubmits_it(
+    slurm_conf, tmp_path, slurm_serve
+):
+    c = _serve(tmp_path, slurm_serve)
+    c.put("/v1/teams/research", json={"quota": {"H100": 16}}).raise_for_status()
+    body = {"team": "research", "command": "sleep 3", "gpus": 1}
+    job_id = c.post("/v1/jobs", json=body).json()["id"]
+    wait_for(lambda: _job(c, job_id)["state"] == "running")
+    slurm_serve[-1].kill()
+    c.close()
+    record = tmp_path / "state" / "jobs" / f"{job_id}.exit"
+    wait_for(record.exists, timeout_s=30)
+    ended = float(record.read_text().split()[1])
+    wait_for(lambda: f"arbiter-{job_id}" not in _slurm(slurm_conf, "squeue", "-h", "-o", "%j"))
+
+    c = _serve(tmp_path, slurm_serve)
+    job = wait_for(lambda: (j := _job(c, job_id))["state"] != "running" and j)
+    assert job["state"] == "completed" and job["restarts"] == 0, job
+    assert ended - 1 <= job["finished_at"] <= ended + 1  # Slurm's times are whole seconds
+    # Submitted once, never again (Slurm still lists earlier tests' jobs of the same name).
+    runs = _slurm(
+        slurm_conf, "squeue", "-h", "-t", "all", "--name", f"arbiter-{job_id}", "-o", "%V"
+    )
+    assert len([t for t in runs.split() if slurm_time(t) >= job["submitted_at"] - 1]) == 1, runs
+    charges = [
+        e
+        for e in c.get("/v1/ledger", params={"limit": 1000}).json()
+        if e.get("job_id") == job_id and e["kind"] == "charge"
+    ]
+    assert len(charges) == 1 and charges[0]["end"] <= ended + 1
