@@ -14,7 +14,8 @@ Failures (F2). A segment that ended in a failure passes `lost_from`: the time of
 checkpoint in the segment (or its start when it saved none). Work in [lost_from, end) is lost,
 and who pays for it depends on whether the job opted out of checkpointing:
 
-* checkpointing disabled (`checkpoint_interval_s is None`): the lost GPU-seconds are charged to
+* checkpointing disabled (`checkpoint_interval_s is None`, and for a live job no checkpoint
+  reported through the SDK, `keeps_checkpoints`): the lost GPU-seconds are charged to
   the job with reason "rerun". The job also pays again when it redoes the work: it pays for its
   own re-runs (E3).
 * checkpointing enabled (at any interval): the lost GPU-seconds are charged with reason
