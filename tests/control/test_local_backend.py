@@ -88,3 +88,16 @@ def test_the_grafana_dashboard_only_uses_metrics_the_server_exports():
         for target in panel["targets"]:
             for name in re.findall(r"arbiter_[a-z_]+", target["expr"]):
                 assert {name, re.sub(r"_(bucket|sum|count)$", "", name)} & families, name
+
+
+def test_a_job_ignoring_its_notice_is_killed_at_its_deadline(tmp_path):
+    b = LocalBackend(tmp_path / "jobs", min_grace_s=0.5)
+    beat = tmp_path / "beat"  # the job's last sign of life
+    b.start(placement("deaf", f"trap '' TERM; while :; do date +%s.%N > {beat}; sleep 0.1; done"))
+    while not beat.exists():
+        time.sleep(0.05)
+    noticed = time.time()
+    b.stop("deaf", 2.0)
+    assert [type(e) for e in events_until(b, 1)] == [JobStopped]
+    last = float(beat.read_text())
+    assert noticed + 2.0 - 0.3 <= last <= noticed + 2.0 + 1.0, last - noticed
