@@ -43,6 +43,11 @@ def test_submit_queue_cancel_nodes_teams_and_bill_from_the_command_line(live):
     assert bill.returncode == 0, bill.stderr
     assert [b["team"] for b in json.loads(bill.stdout)] == ["clitool"]
     assert arbiter(live, token, "bill", "--url", live.server.url).returncode == 0
+    by_env = arbiter(live, token, "bill", "--json")  # the URL from ARBITER_URL
+    assert by_env.returncode == 0, by_env.stderr
+    assert [b["team"] for b in json.loads(by_env.stdout)] == ["clitool"]
+    wide = arbiter(live, token, "bill").stdout  # piped: the table at its own width, not cut
+    assert "clitool" in wide and "…" not in wide
 
 
 def test_a_refused_submission_is_one_line_and_exit_code_2(live):

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from gpu_arbiter.cli.client import api
+from gpu_arbiter.cli.client import api, console
 from gpu_arbiter.domain import InvalidInput
 from gpu_arbiter.economy.ledger import Ledger
 from gpu_arbiter.economy.prices import PriceTable
@@ -39,7 +39,8 @@ def bill(
         typer.Option("--from-sim", help="Simulation results directory with ledger.jsonl."),
     ] = None,
     url: Annotated[
-        str | None, typer.Option("--url", help="A live control plane (ARBITER_URL) instead.")
+        str | None,
+        typer.Option("--url", help="A live control plane instead (default: ARBITER_URL)."),
     ] = None,
     token: Annotated[str, typer.Option("--token", envvar="ARBITER_TOKEN")] = "",
     prices: Annotated[
@@ -49,6 +50,8 @@ def bill(
 ) -> None:
     """Print what each team used and paid, in credits and in money: of a simulation run
     (--from-sim DIR) or, live, from the control plane's ledger (--url URL)."""
+    if from_sim is None and url is None:
+        url = os.environ.get("ARBITER_URL") or None
     if (from_sim is None) == (url is None):
         raise InvalidInput("bill: give exactly one of --from-sim DIR or --url URL")
     if url is not None:
@@ -56,7 +59,8 @@ def bill(
         if as_json:
             typer.echo(json.dumps(live, indent=2))
         else:
-            Console().print(render_bills([bill_from_dict(b) for b in live], title=f"Live: {url}"))
+            bills = [bill_from_dict(b) for b in live]
+            console().print(render_bills(bills, title=f"Live: {url}"))
         return
     assert from_sim is not None
     ledger_path = from_sim / "ledger.jsonl"
@@ -69,7 +73,7 @@ def bill(
     if as_json:
         typer.echo(json.dumps([b.to_dict() for b in bills], indent=2))
     else:
-        Console().print(render_bills(bills, title=f"Chargeback: {from_sim}"))
+        console().print(render_bills(bills, title=f"Chargeback: {from_sim}"))
 
 
 def read_usage(path: Path) -> tuple[dict[str, float], dict[str, float]]:

@@ -1,9 +1,11 @@
-"""The Slurm-like client: `arbiter submit`, `queue`, `cancel`, `nodes`, `teams`.
+"""The Slurm-like client for jobs: `arbiter submit`, `queue`, `cancel`, `jobs show`, `logs`.
 
 Every command talks to the REST API at `--url` (or ARBITER_URL) with `--token` (or
 ARBITER_TOKEN), prints a Rich table, or JSON with `--json` for scripts. An error from the
 server is one line on stderr and exit code 2. `--url` may list several servers, comma-separated
 (a leader and its standbys): each request goes to the first one that takes the connection.
+This module and `admin` import only httpx, Rich and Typer, so a client command starts fast
+(`main.COMMANDS` loads nothing else for them).
 """
 
 from __future__ import annotations
@@ -18,20 +20,23 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpu_arbiter.domain import ArbiterError, InvalidInput
+from gpu_arbiter.domain.errors import ArbiterError, InvalidInput
 
 Url = Annotated[str, typer.Option("--url", envvar="ARBITER_URL", help="Control plane URL.")]
 Token = Annotated[str, typer.Option("--token", envvar="ARBITER_TOKEN", help="API token.")]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 DEFAULT_URL = "http://127.0.0.1:8080"
+TIMES = ("submitted_at", "first_start", "started_at", "finished_at")
 
 
 def register(app: typer.Typer) -> None:
     app.command("submit")(submit)
     app.command("queue")(queue)
     app.command("cancel")(cancel)
-    app.command("nodes")(nodes)
-    app.command("teams")(teams)
+    app.command("logs")(logs)
+    jobs = typer.Typer(help="One job in detail (`arbiter queue` lists them).", no_args_is_help=True)
+    jobs.command("show")(show_job)
+    app.add_typer(jobs, name="jobs")
 
 
 def api(
@@ -42,7 +47,10 @@ def api(
     request (connection refused or timed out) is skipped, one that got it is never asked twice
     by this function."""
     if not token:
-        raise InvalidInput("--token (or ARBITER_TOKEN) is required")
+        raise InvalidInput(
+            "--token (or ARBITER_TOKEN) is required; `arbiter serve` wrote the admin token to "
+            "STATE_DIR/admin.token (arbiter-state/admin.token by default)"
+        )
     urls = [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
     r = None
     for base in urls:
@@ -57,7 +65,7 @@ def api(
             break
         except (httpx.ConnectError, httpx.ConnectTimeout) as e:
             error = e
-        except httpx.HTTPError as e:
+        except (httpx.HTTPError, httpx.InvalidURL) as e:
             raise ArbiterError(f"cannot reach {base}: {e}") from None
     if r is None:
         raise ArbiterError(f"cannot reach {url}: {error if urls else 'no URL given'}")
@@ -67,7 +75,9 @@ def api(
         except ValueError:
             detail = r.text
         raise ArbiterError(f"{r.status_code}: {detail}")
-    return r.json()
+    if r.headers.get("content-type", "").startswith("application/json"):
+        return r.json()
+    return r.text
 
 
 def _env(pairs: list[str]) -> dict[str, str]:
@@ -109,8 +119,14 @@ def submit(
     checkpoint_interval: Annotated[
         float | None, typer.Option("--checkpoint-interval", help="Seconds between saves.")
     ] = None,
-    min_gpus: Annotated[int | None, typer.Option("--min-gpus")] = None,
-    max_gpus: Annotated[int | None, typer.Option("--max-gpus")] = None,
+    min_gpus: Annotated[
+        int | None,
+        typer.Option("--min-gpus", help="Elastic job: the fewest GPUs it runs on (S8)."),
+    ] = None,
+    max_gpus: Annotated[
+        int | None,
+        typer.Option("--max-gpus", help="Elastic job: the most GPUs it grows to (S8)."),
+    ] = None,
     env: Annotated[list[str] | None, typer.Option("--env", help="NAME=VALUE; repeat.")] = None,
     key: Annotated[
         str | None, typer.Option("--key", help="Idempotency key: resubmitting is harmless.")
@@ -214,7 +230,7 @@ def queue(
         table.add_column(col)
     for j in jobs:
         table.add_row(*queue_row(j, why))
-    Console().print(table)
+    console().print(table)
 
 
 def cancel(
@@ -223,60 +239,64 @@ def cancel(
     token: Token = "",
     as_json: Json = False,
 ) -> None:
-    """Cancel jobs (like scancel)."""
-    done = [api(url, token, "POST", f"/v1/jobs/{j}/cancel") for j in job_ids]
+    """Cancel jobs (like scancel): says which were cancelled and which not (exit 2 if any
+    was not)."""
+    done, failed = [], []
+    for job_id in job_ids:
+        try:
+            done.append(api(url, token, "POST", f"/v1/jobs/{job_id}/cancel"))
+        except ArbiterError as e:
+            failed.append((job_id, str(e)))
     if as_json:
         typer.echo(json.dumps(done, indent=2))
     else:
         for j in done:
             typer.echo(f"Cancelled job {j['id']}")
+    for job_id, why in failed:
+        typer.echo(f"arbiter: error: job {job_id} not cancelled: {why}", err=True)
+    if failed:
+        raise typer.Exit(2)
 
 
-def nodes(url: Url = DEFAULT_URL, token: Token = "", as_json: Json = False) -> None:
-    """Nodes and their GPUs (like sinfo)."""
-    rows = api(url, token, "GET", "/v1/nodes")
+def show_job(
+    job_id: Annotated[str, typer.Argument(help="Job id.")],
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+    as_json: Json = False,
+) -> None:
+    """Everything about one job (like scontrol show job): state, why it waits, where it runs,
+    its last telemetry."""
+    job = api(url, token, "GET", f"/v1/jobs/{job_id}")
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        typer.echo(json.dumps(job, indent=2))
         return
-    table = Table(title=f"{len(rows)} node(s)")
-    for col in ("NODE", "RACK", "TYPE", "GPUS", "USED", "STATE", "HEARTBEAT", "REASON"):
-        table.add_column(col)
-    for n in rows:
-        table.add_row(
-            n["name"],
-            n["rack"],
-            n["gpu_type"],
-            str(n["gpus"]),
-            str(n["gpus_used"]),
-            n["state"],
-            f"{_age(n['last_heartbeat'])} ago",
-            n["reason"],
-        )
-    Console().print(table)
+    table = Table(title=f"job {job['id']}", show_header=False)
+    table.add_column("field")
+    table.add_column("value", overflow="fold")
+    for key, value in job.items():
+        if key in TIMES and value is not None:
+            value = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value))
+        elif isinstance(value, dict | list):
+            value = json.dumps(value) if value else "-"
+        elif value is None or value == "":
+            value = "-"
+        table.add_row(key, str(value))
+    console().print(table)
 
 
-def teams(url: Url = DEFAULT_URL, token: Token = "", as_json: Json = False) -> None:
-    """Teams: weight, guaranteed quota, GPUs in use, burn rate and spend."""
-    rows = api(url, token, "GET", "/v1/teams")
-    if as_json:
-        typer.echo(json.dumps(rows, indent=2))
-        return
-    table = Table(title=f"{len(rows)} team(s)")
-    for col in ("TEAM", "WEIGHT", "QUOTA", "IN USE", "BURN (cr/h)", "SPENT (cr)", "BUDGET"):
-        table.add_column(col)
+def logs(
+    job_id: Annotated[str, typer.Argument(help="Job id.")],
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+    tail: Annotated[int, typer.Option(help="Print at most the last N bytes.", min=1)] = 65536,
+) -> None:
+    """A job's output, stdout and stderr together (the end of it, like `tail -c`)."""
+    text = api(url, token, "GET", f"/v1/jobs/{job_id}/log", params={"tail": tail})
+    typer.echo(text, nl=not text or not text.endswith("\n"))
 
-    def fmt(d: dict[str, int]) -> str:
-        return ", ".join(f"{k}:{v}" for k, v in sorted(d.items())) or "-"
 
-    for t in rows:
-        budget = t["budget_per_period"]
-        table.add_row(
-            t["name"],
-            f"{t['weight']:g}",
-            fmt(t["quota"]),
-            fmt(t["gpus_used"]),
-            f"{t['burn_rate']:,.2f}",
-            f"{t['credits_spent']:,.2f}",
-            "-" if budget is None else f"{budget:,.0f}",
-        )
-    Console().print(table)
+def console() -> Console:
+    """Tables at their natural width when piped (Rich would cut them at 80 columns)."""
+    import sys
+
+    return Console() if sys.stdout.isatty() else Console(width=1_000)

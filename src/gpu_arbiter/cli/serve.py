@@ -15,8 +15,11 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -28,6 +31,8 @@ from gpu_arbiter.control.auth import Principal, bootstrap_admin
 from gpu_arbiter.control.lease import Lease
 from gpu_arbiter.control.loop import ControlLoop, ServerConfig
 from gpu_arbiter.control.schemas import NodeRegister
+from gpu_arbiter.control.store import database_url
+from gpu_arbiter.domain import InvalidInput
 
 
 def register(app: typer.Typer) -> None:
@@ -143,9 +148,16 @@ def serve(
     state_dir = state_dir.resolve()
     url = public_url or f"http://{host}:{port}"
     # Before anything touches the state: the backend adopts jobs and the token file is written.
+    make_sqlite_folder(db)
     lease = Lease(state_dir, db, url.split(",")[0])
-    lease.acquire(wait=standby, waiting=lambda m: typer.echo(f"arbiter: {m}", err=True))
+    with database_errors(db):
+        lease.acquire(wait=standby, waiting=lambda m: typer.echo(f"arbiter: {m}", err=True))
     lease.watch(_lost_lease)
+    try:  # a busy port fails here, before "serving on"; a standby binds only once it leads
+        sock = listen(host, port)
+    except InvalidInput:
+        lease.release()
+        raise
     config = ServerConfig(
         state_dir=state_dir,
         public_url=url,
@@ -165,7 +177,8 @@ def serve(
         executor = KubernetesBackend.connect(
             kubeconfig, namespace, image, state_dir / "jobs", default_grace_s=tier2_grace
         )
-    service = build_service(db, config, min_grace_s=min_grace, backend=executor)
+    with database_errors(db):
+        service = build_service(db, config, min_grace_s=min_grace, backend=executor)
     if executor is not None:
         _sync_nodes(service.loop, executor, heartbeat_timeout / 3)
     token_file = state_dir / "admin.token"
@@ -176,7 +189,7 @@ def serve(
     app = create_app(service, reports_dir=reports)
     _settle_heap()
     try:
-        uvicorn.run(app, host=host, port=port, log_level=log_level)
+        uvicorn.Server(uvicorn.Config(app, log_level=log_level)).run(sockets=[sock])
     finally:
         lease.release()
 
@@ -186,6 +199,54 @@ def _lost_lease(why: str) -> None:
     already schedule them (and adopts them as they run)."""
     typer.echo(f"arbiter: {why}; stopping so that a standby takes over", err=True)
     os._exit(75)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The server's listening socket, bound now so that a busy port is one line before the
+    server prints "serving on", and held until uvicorn serves on it."""
+    sock: socket.socket | None = None
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+        sock.bind((host, port))
+        sock.listen(2048)
+        return sock
+    except (OSError, socket.gaierror) as e:
+        if sock is not None:
+            sock.close()
+        raise InvalidInput(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
+def make_sqlite_folder(db: str) -> None:
+    """A SQLite file's folder is made, as a state directory is (`--db sqlite:///out/a.db` on
+    a machine without out/)."""
+    url = database_url(db)
+    if not url.startswith("sqlite"):
+        return
+    path = url.split("///", 1)[1]
+    if path and path != ":memory:":
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise InvalidInput(f"--db {db}: cannot create its folder ({e.strerror})") from None
+
+
+@contextmanager
+def database_errors(db: str) -> Iterator[None]:
+    """A database that cannot be opened (an unreachable PostgreSQL, a file that cannot be
+    written) as one line naming it, its password hidden."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        yield
+    except SQLAlchemyError as e:
+        cause = e.orig if getattr(e, "orig", None) is not None else e
+        text = str(cause).strip()
+        first = text.splitlines()[0] if text else type(cause).__name__
+        shown = make_url(db).render_as_string(hide_password=True) if "://" in db else db
+        raise InvalidInput(f"--db {shown}: cannot open the database ({first})") from None
 
 
 def _settle_heap() -> None:

@@ -7,11 +7,15 @@ DIR/usage.json, so `arbiter bill --from-sim DIR` can bill it afterwards.
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gpu_arbiter.cli.inputs import (
@@ -113,13 +117,32 @@ def simulate(
         economy=EconomyConfig(budget=BudgetPolicy(period_s=budget_period_days * 86_400.0)),
         reliability=reliability_config(seed, failures, afr, spares, breakers),
     )
-    result = run_simulation(inputs.cluster, teams, policy, inputs.jobs, config)
+    with progress_on_tty(len(inputs.jobs)) as finished:
+        result = run_simulation(inputs.cluster, teams, policy, inputs.jobs, config, finished)
     if out is not None:
         write_run(result, out)
     if as_json:
         typer.echo(json.dumps(result.kpis, sort_keys=True))
         return
     Console().print(kpi_table(result.kpis))
+
+
+@contextmanager
+def progress_on_tty(jobs: int) -> Iterator[Callable[[], None] | None]:
+    """A bar of finished jobs on stderr while a person watches (stderr is a terminal); nothing
+    when stderr goes to a file or a pipe."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    columns = (
+        TextColumn("simulating"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} jobs finished"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("simulating", total=jobs)
+        yield lambda: progress.advance(task)
 
 
 def write_run(result: SimResult, out: Path) -> None:

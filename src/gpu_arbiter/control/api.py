@@ -350,6 +350,11 @@ def create_app(service: Service, reports_dir: Path | None = None) -> FastAPI:
         """Create or change a team: weight, guaranteed quota per GPU type, budget (admin)."""
         return await loop.run(loop.cmd_put_team, p, name, req)
 
+    @app.delete("/v1/teams/{name}", tags=["teams"])
+    async def delete_team(name: str, p: Who) -> dict[str, Any]:
+        """Delete a team with no active jobs (admin); its tokens are revoked, its ledger kept."""
+        return await loop.run(loop.cmd_delete_team, p, name)
+
     @app.get("/v1/quotas", tags=["teams"])
     def quotas(p: Who) -> dict[str, dict[str, int]]:
         return {t["name"]: t["quota"] for t in teams(p)}

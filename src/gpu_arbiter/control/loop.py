@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.engine import Connection, Engine
 
 from gpu_arbiter.backends.base import Backend, Placement
@@ -1179,6 +1179,30 @@ class ControlLoop:
         self._audit(tx, who.actor, "team-set", name, **values)
         self._rebuild = True
         return {"name": name, **values}
+
+    def cmd_delete_team(self, tx: _Tx, who: Principal, name: str) -> dict[str, Any]:
+        """Remove a team that has no active jobs. Its tokens are revoked with it, so a team
+        made again under the name starts with none; its ledger entries stay (bills are
+        history)."""
+        who.require_admin()
+        if name not in self.teams:
+            raise NotFound(f"team {name!r} does not exist")
+        active = tx.conn.execute(
+            select(JOBS.c.id).where(JOBS.c.team == name, JOBS.c.state.in_(ACTIVE)).limit(1)
+        ).first()
+        if active is not None:
+            raise Conflict(f"team {name!r} has active jobs (e.g. {active.id}); cancel them first")
+        live_tokens = (TOKENS.c.team == name, TOKENS.c.revoked_at.is_(None))
+        revoked = list(tx.conn.execute(select(TOKENS.c.id).where(*live_tokens)).scalars())
+        tx.conn.execute(update(TOKENS).where(*live_tokens).values(revoked_at=tx.now))
+        tx.conn.execute(delete(TEAMS).where(TEAMS.c.name == name))
+        del self.teams[name]
+        if self.auth is not None:
+            for token_id in revoked:
+                tx.after.append(lambda t=token_id: self.auth.forget(t))
+        self._audit(tx, who.actor, "team-delete", name, tokens_revoked=revoked)
+        self._rebuild = True
+        return {"name": name, "tokens_revoked": revoked}
 
     def cmd_create_token(
         self, tx: _Tx, who: Principal, role: str, team: str | None, label: str

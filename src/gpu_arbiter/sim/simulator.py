@@ -13,7 +13,7 @@ import heapq
 import itertools
 import math
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -97,11 +97,13 @@ class Simulator:
     def _push(self, at: float, kind: int, job_id: str = "", version: int = 0) -> None:
         heapq.heappush(self._heap, (at, kind, next(self._counter), job_id, version))
 
-    def run(self) -> SimResult:
+    def run(self, finished: Callable[[], None] | None = None) -> SimResult:
+        """Replay the workload; `finished`, if given, is called each time a job finishes (a
+        progress display counts them)."""
         with _young_collections_only():
-            return self._run()
+            return self._run(finished)
 
-    def _run(self) -> SimResult:
+    def _run(self, finished: Callable[[], None] | None) -> SimResult:
         wall = time.perf_counter()
         for spec in self.specs:
             self._push(spec.submit_s, ARRIVAL, spec.id)
@@ -130,6 +132,8 @@ class Simulator:
                     job = self.sched.jobs[job_id]
                     if kind == FINISH:
                         self.sched.finished(job_id, now)
+                        if finished is not None:
+                            finished()
                     else:
                         self.sched.stopped(job_id, now)
                     self._close(job, now)
@@ -306,5 +310,6 @@ def simulate(
     policy: str,
     workload: Iterable[JobSpec],
     config: SimConfig | None = None,
+    finished: Callable[[], None] | None = None,
 ) -> SimResult:
-    return Simulator(cluster, teams, policy, workload, config).run()
+    return Simulator(cluster, teams, policy, workload, config).run(finished)
