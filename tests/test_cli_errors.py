@@ -40,7 +40,7 @@ def one_line_exit_2(out: subprocess.CompletedProcess, *words: str) -> None:
     "args, words",
     [
         (("bogus",), ("No such command 'bogus'",)),
-        (("simulate", "--polcy", "fifo"), ("--polcy", "Did you mean '--policy'")),
+        (("simulate", "--polcy", "fifo"), ("--polcy", "Did you mean", "--policy")),
         (("simulate", "--seed", "abc"), ("--seed", "'abc' is not a valid integer")),
         (("teams", "frobnicate"), ("No such command 'frobnicate'",)),
         (("submit", "--gpus", "two", "--", "true"), ("--gpus",)),
