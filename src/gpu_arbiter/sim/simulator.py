@@ -28,7 +28,7 @@ from gpu_arbiter.domain import (
     Start,
     Team,
 )
-from gpu_arbiter.engine import EngineConfig, Scheduler
+from gpu_arbiter.engine import CycleResult, EngineConfig, Scheduler
 from gpu_arbiter.metrics import JobRecord, Segment, compute_kpis, timeline
 from gpu_arbiter.sim.economy import EconomyConfig, SimEconomy
 from gpu_arbiter.sim.faults import ReliabilityConfig, SimReliability
@@ -65,8 +65,12 @@ class Simulator:
         policy: str,
         workload: Iterable[JobSpec],
         config: SimConfig | None = None,
+        on_cycle: Callable[[float, CycleResult], None] | None = None,
     ) -> None:
+        """`on_cycle`, if given, sees each cycle's time and result before its decisions are
+        applied (`bench.digests` hashes the decision stream with it)."""
         self.cfg = config or SimConfig()
+        self.on_cycle = on_cycle
         self.cluster = cluster
         self.policy_name = policy
         teams = list(teams)
@@ -162,6 +166,8 @@ class Simulator:
                 result.decisions, self.sched.jobs, (time.perf_counter() - t0) * 1000
             )
             self.cycles += 1
+            if self.on_cycle is not None:
+                self.on_cycle(now, result)
             self._last_frag = (result.fragmentation, result.stranded_gpus)
             self._apply(result.decisions, now)
             if result.next_wakeup is not None and result.next_wakeup < wakeup_at:
