@@ -240,8 +240,7 @@ def bench_one(
             result["client_cpu_ms_per_submit"] = round((c1 - c0) / jobs * 1000, 3)
             results.append({"database": kind, **result})
     finally:
-        server.stop()
-        server.kill()
+        server.close()
     return results
 
 

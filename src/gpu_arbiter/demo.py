@@ -222,7 +222,7 @@ class Demo:
         if self.agent is not None and self.agent.poll() is None:
             self.agent.send_signal(signal.SIGTERM)
             self.agent.wait(timeout=30)
-        self.server.stop()
+        self.server.close()
         console.print("Stopped.")
 
 

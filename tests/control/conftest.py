@@ -26,5 +26,4 @@ def live(db, tmp_path_factory):
         yield c
     finally:
         c.close()
-        server.stop()
-        server.kill()
+        server.close()

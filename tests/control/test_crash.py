@@ -107,5 +107,4 @@ def test_kill_9_during_a_burst_loses_no_acknowledged_job(db, tmp_path):
         assert len([e for e in ledger if e["job_id"] == long_id]) == 1
     finally:
         c.close()
-        server.stop()
-        server.kill()
+        server.close()

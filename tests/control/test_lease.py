@@ -82,5 +82,4 @@ def test_a_second_serve_refuses_in_one_line_and_leaves_the_first_and_its_files_a
         team.post(f"/v1/jobs/{job}/cancel")
     finally:
         c.close()
-        server.stop()
-        server.kill()
+        server.close()

@@ -81,5 +81,4 @@ def test_a_preempted_training_job_resumes_from_its_checkpoint(db, tmp_path):
         c.close()
         agent.terminate()
         agent.wait(timeout=30)
-        server.stop()
-        server.kill()
+        server.close()

@@ -142,5 +142,4 @@ def seeded(tmp_path_factory) -> Iterator[Seeded]:
         agent.send_signal(signal.SIGTERM)
         agent.wait(timeout=30)
         admin.close()
-        server.stop()
-        server.kill()
+        server.close()

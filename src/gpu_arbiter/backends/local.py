@@ -254,6 +254,23 @@ class LocalBackend:
             self._procs[proc.job_id] = proc
 
 
+def kill_leftovers(state_dir: str | Path) -> list[str]:
+    """Kill (SIGKILL, whole process groups) the jobs a backend over `state_dir` left running,
+    and return their ids: for tests and tools that must leave no process behind after a server
+    they started is gone. A server that is still up should be drained instead."""
+    killed = []
+    for path in sorted(Path(state_dir).glob("*.json")):
+        try:
+            s = json.loads(path.read_text())
+            pid, ticks = int(s["pid"]), int(s["start_ticks"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if _start_ticks(pid) == ticks:
+            _signal_group(pid, signal.SIGKILL)
+            killed.append(str(s.get("job_id", path.stem)))
+    return killed
+
+
 def _signal_group(pid: int, sig: signal.Signals) -> None:
     try:
         os.killpg(pid, sig)

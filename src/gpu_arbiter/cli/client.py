@@ -37,6 +37,7 @@ def register(app: typer.Typer) -> None:
     jobs = typer.Typer(help="One job in detail (`arbiter queue` lists them).", no_args_is_help=True)
     jobs.command("show")(show_job)
     app.add_typer(jobs, name="jobs")
+    app.command("drain")(drain)
 
 
 def api(
@@ -300,3 +301,26 @@ def console() -> Console:
     import sys
 
     return Console() if sys.stdout.isatty() else Console(width=1_000)
+
+
+def drain(
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+    grace: Annotated[
+        float | None,
+        typer.Option("--grace", help="Longest notice a job gets, seconds (default: its tier's)."),
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """Stop the server for good (admin): every running job gets its notice and is queued
+    again, nothing starts, and `arbiter serve` exits once no job runs. (Ctrl-C instead leaves
+    jobs running for the next start to adopt.)"""
+    if grace is not None and not 0 <= grace <= 1e7:
+        raise InvalidInput(f"--grace must be in 0..1e7 seconds, got {grace}")
+    body = {"grace_s": grace} if grace is not None else {}
+    out = api(url, token, "POST", "/v1/drain", json=body)
+    if as_json:
+        typer.echo(json.dumps(out, indent=2))
+    else:
+        n = len(out["stopping"])
+        typer.echo(f"Draining: {n} job(s) stopping; the server exits once none runs")

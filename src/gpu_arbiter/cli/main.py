@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "teams": "admin",
     "tokens": "admin",
     "prices": "admin",
+    "drain": "client",
 }
 
 

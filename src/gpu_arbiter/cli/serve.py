@@ -188,8 +188,11 @@ def serve(
     typer.echo(f"arbiter: serving on {url} (db {db}, pid {os.getpid()})", err=True)
     app = create_app(service, reports_dir=reports)
     _settle_heap()
+    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level))
+    # `arbiter drain`: once no job runs, shut down as Ctrl-C does, and exit 0.
+    service.loop.on_drained = lambda: setattr(server, "should_exit", True)
     try:
-        uvicorn.Server(uvicorn.Config(app, log_level=log_level)).run(sockets=[sock])
+        server.run(sockets=[sock])
     finally:
         lease.release()
 

@@ -49,6 +49,7 @@ from gpu_arbiter.control.loop import (
 )
 from gpu_arbiter.control.metrics import Metrics
 from gpu_arbiter.control.schemas import (
+    Drain,
     Heartbeat,
     JobSubmit,
     NodeAction,
@@ -326,6 +327,12 @@ def create_app(service: Service, reports_dir: Path | None = None) -> FastAPI:
     @app.post("/v1/nodes/{name}/uncordon", tags=["nodes"])
     async def uncordon(name: str, p: Who) -> dict[str, Any]:
         return await loop.run(loop.cmd_node_state, p, name, True, "")
+
+    @app.post("/v1/drain", tags=["server"])
+    async def drain(p: Who, body: Drain | None = None) -> dict[str, Any]:
+        """Stop the server for good (admin): every running job is stopped with its tier's
+        notice and queued again, no job starts, and the server exits once none runs."""
+        return await loop.run(loop.cmd_drain, p, body.grace_s if body else None)
 
     # -- teams, quotas, tokens, prices -----------------------------------------------------
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 
+from gpu_arbiter.backends.local import kill_leftovers
 from gpu_arbiter.domain import ArbiterError
 
 
@@ -78,6 +79,21 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(timeout=30)
+
+    def close(self, timeout_s: float = 60.0) -> None:
+        """Stop for good and leave no process behind: drain (every job stopped with no more
+        notice than the server's least grace) and wait for the server to exit; then stop or
+        kill whatever is left, jobs of a server killed earlier included."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                with self.client() as admin:
+                    admin.post("/v1/drain", json={"grace_s": 0}).raise_for_status()
+                self.proc.wait(timeout=timeout_s)
+            except (httpx.HTTPError, subprocess.TimeoutExpired):
+                pass
+        self.stop()
+        self.kill()
+        kill_leftovers(self.state_dir / "jobs")
 
     def client(self, token: str | None = None, timeout_s: float = 30.0) -> httpx.Client:
         return httpx.Client(

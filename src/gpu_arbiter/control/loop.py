@@ -215,6 +215,9 @@ class ControlLoop:
         self._last_tick = 0.0
         self._last_observed = 0.0
         self._last_accrual = 0.0
+        # Draining (`cmd_drain`): no job starts; once none runs, `on_drained` is called once.
+        self.draining = False
+        self.on_drained: Callable[[], None] | None = None
         self._wakeup = math.inf
         self.last_cycle_result: Any = None
         self.burn: dict[str, float] = {}
@@ -591,6 +594,11 @@ class ControlLoop:
                 self._changed = True
         if now - self._last_accrual >= self.cfg.accrue_s:
             self._accrue(tx)
+        if self.draining:
+            if self.on_drained is not None and not (self.sched and self.sched.running):
+                tx.after.append(self.on_drained)
+                self.on_drained = None
+            return
         if self.sched is None:
             return
         due = self._changed and now - self._last_cycle >= self.cfg.cycle_interval_s
@@ -741,7 +749,8 @@ class ControlLoop:
         job_id = event.job_id
         if isinstance(event, JobStopped):
             sched.stopped(job_id, tx.now)
-            self._requeue(tx, job_id, "stopped after preemption")
+            why = "stopped: the server was drained" if self.draining else "stopped after preemption"
+            self._requeue(tx, job_id, why)
         elif isinstance(event, JobFinished):
             sched.finished(job_id, tx.now)
             self._end(tx, job_id, "completed", "", exit_code=0, at=event.at)
@@ -1114,6 +1123,8 @@ class ControlLoop:
             return self.job_row(tx.conn, job_id), False
         if self.sched is None:
             raise Unavailable("no GPU nodes are registered yet")
+        if self.draining:
+            raise Unavailable("the server is draining: it takes no new jobs before it stops")
         seq = self.next_seq
         job_id = f"j{seq}"
         spec = _spec_from_request(job_id, team, req, tx.now)
@@ -1146,6 +1157,30 @@ class ControlLoop:
         self.metrics.submissions.labels(str(int(spec.tier))).inc()
         self._changed = True
         return row, True
+
+    def cmd_drain(self, tx: _Tx, who: Principal, grace_s: float | None) -> dict[str, Any]:
+        """Stop for good (admin): no job starts any more, every running job is stopped with the
+        notice of its tier (a preemption's; at most `grace_s` when given) and queued again, and
+        once none runs the server exits (`on_drained`). Nothing is lost: the queue waits in
+        the database for the next start. (A plain stop or crash instead leaves jobs running for
+        the next start to adopt.)"""
+        who.require_admin()
+        self.draining = True
+        stopping = []
+        if self.sched is not None:
+            for job_id, job in self.sched.running.items():
+                grace = self.sched.notice_of_tier(job.tier)
+                if grace_s is not None:
+                    grace = min(grace, grace_s)
+                tx.conn.execute(
+                    update(JOBS)
+                    .where(JOBS.c.id == job_id)
+                    .values(preempting=True, reason="the server is draining")
+                )
+                tx.after.append(lambda j=job_id, g=grace: self.backend.stop(j, g))
+                stopping.append(job_id)
+        self._audit(tx, who.actor, "drain", "server", grace_s=grace_s, stopping=stopping)
+        return {"draining": True, "stopping": stopping}
 
     def cmd_cancel(self, tx: _Tx, who: Principal, job_id: str) -> dict[str, Any]:
         row = self._visible_job(tx.conn, who, job_id)

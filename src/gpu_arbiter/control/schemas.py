@@ -129,3 +129,9 @@ class Telemetry(_Strict):
 
 class NodeAction(_Strict):
     reason: Annotated[str, Field(max_length=500)] = ""
+
+
+class Drain(_Strict):
+    """`POST /v1/drain`: the longest notice a running job gets (default: its tier's)."""
+
+    grace_s: Annotated[float, Field(ge=0, le=1e7, allow_inf_nan=False)] | None = None
