@@ -6,11 +6,35 @@ its racks' power caps), so the scheduler stamps each GPU type with an epoch that
 stop, resize, hold, fault and repair on it bumps; a failure recorded under a stamp stands until
 the stamp changes. A failure at `n` GPUs also stands for any larger request with the same
 signature (shape, tier, team, quota standing).
+
+A job whose try failed is stamped (`_blocked_stamp`) and is not tried again until the stamp
+changes; a job that can neither be placed nor preempt for (`_hopeless`) is stamped with only
+what can end its wait (releases, starts of possible victims), the cheap check most jobs of a
+long queue get every cycle.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable
+
+from gpu_arbiter.domain import MILLI, Job, Tier
+from gpu_arbiter.engine.context import CycleContext
+from gpu_arbiter.engine.elastic import start_sizes
+
+TIERS = (1, 2, 3)
+# Starts are counted by the run their walltime estimate gives them: band b counts those expected
+# to run at least 2**b seconds (the last band, about 68 years and beyond, those without one).
+RUN_BANDS = 32
+HOPELESS = "hopeless"  # marks a blocked stamp made by `Stamps._hopeless`
+
+
+def run_band(run: float) -> int:
+    """The band of `RUN_BANDS` a run of `run` seconds falls in: the largest b with
+    2**b <= `run` (0 below 2 seconds, the last band at most)."""
+    if run >= 2.0 ** (RUN_BANDS - 1):
+        return RUN_BANDS - 1
+    return math.frexp(run)[1] - 1 if run >= 2.0 else 0
 
 
 class FailureMemo:
@@ -28,3 +52,158 @@ class FailureMemo:
         if entry is not None and entry[1] == stamp:
             n = min(n, entry[0])
         self._entries[sig] = (n, stamp)
+
+
+class Stamps:
+    """Blocked and hopeless stamps, epochs and start counters (mixed into `Scheduler`)."""
+
+    def _hopeless(self, job: Job, n: int) -> tuple | None:
+        """Whether the job can neither be placed (no accepted type has `n` whole free GPUs) nor
+        preempt for (nothing of a tier it may take from runs on them): then a try fails on
+        every type, whatever the policy offers, the reservations and the failure memos say.
+        The common case for a tier-3 job over its quota in a busy queue, so it costs a look at
+        the free counts and quota books only. Returns None, or what can end the wait (for
+        `_still_hopeless`), per accepted type: the team's releases there (which can put it
+        back within its quota, so it may reclaim), for a tier-1 job any GPUs freed there (the
+        pool may have room again) and, where the job may take GPUs from some tier but nobody
+        of it runs (or nobody the policy lets it stop), jobs of that tier started there that
+        are expected to run long enough to be its victims (`Policy.victim_min_run`).
+        Placement is only ever refused here for too few free GPUs, so power and topology need
+        no stamp."""
+        if job.spec.gpu_milli < MILLI:
+            return None  # may fit on a GPU already shared
+        free = self.index.type_free
+        wake = []
+        for t in self.types_by_speed(job):
+            if free[t] >= n:
+                return None
+            starts = None
+            scope = self._preempt_scope(job, t, n)
+            if scope is not None:
+                within, has_victims = scope
+                if has_victims:
+                    return None
+                tiers = self.policy.victim_tiers(job, within)
+                if tiers:
+                    band = run_band(self.policy.victim_min_run(self, job, t, within))
+                    starts = (tiers, band, self._starts_of(t, tiers, band))
+            wake.append((self._releases(job, t), starts))
+        return (HOPELESS, int(job.tier), n, tuple(wake))
+
+    def _types_when_hopeless(self, job: Job, n: int) -> list[str] | None:
+        """What `_candidate_types` gives a `_hopeless` job (`Policy.types_when_hopeless`), or
+        None where only it can say. No accepted type has `n` GPUs free, so the smart order
+        keeps the policy's too, as long as both ask about the same, smallest size."""
+        if n != job.spec.elastic_range[0]:
+            return None
+        return self.policy.types_when_hopeless(self, job)
+
+    def _releases(self, job: Job, gpu_type: str) -> int:
+        """The release counter a `_hopeless` job watches on the type: its team's (the way back
+        within quota) or, for tier 1, every release there (the way into the pool)."""
+        if job.tier == Tier.CORE:
+            return self._freed[gpu_type]
+        return self.quota.releases.get((job.team, gpu_type), 0)
+
+    def _still_hopeless(self, job: Job, stamp: tuple, types: list[str]) -> bool:
+        """Whether nothing that can end a `_hopeless` wait happened: still too few free GPUs on
+        every accepted type (`types`), and no release or start its stamp watches. The check
+        most jobs of a long queue get every cycle, so `_releases` is spelled out here."""
+        _, tier, n, wake = stamp
+        if job.tier != tier:
+            return False
+        free = self.index.type_free
+        core, team, releases = job.tier == Tier.CORE, job.team, self.quota.releases
+        for t, (seen, starts) in zip(types, wake, strict=True):
+            if free[t] >= n:
+                return False
+            if (self._freed[t] if core else releases.get((team, t), 0)) != seen:
+                return False
+            if starts is not None and self._starts_of(t, starts[0], starts[1]) != starts[2]:
+                return False
+        return True
+
+    def _blocked_stamp(self, job: Job, now: float) -> tuple:
+        """Everything a failed `_try_start` of the job looked at that can change without time
+        passing: its tier and, per accepted type (and the types sharing its racks' power), every
+        start, stop, resize, hold, fault and repair; jobs started at `now` count once `now` has
+        passed (they are no victims in their first cycle)."""
+        stamp: list = [int(job.tier)]
+        for t in self.types_by_speed(job):
+            stamp.append((self._coupled(self._epoch, t), self._starts_at(t, now)))
+        return tuple(stamp)
+
+    def _still_blocked(self, job: Job, stamp: tuple, now: float, ctx: CycleContext) -> bool:
+        """Whether the job failed to start (or preempt) under the same state before: then it
+        fails again, as every rule it went through depends only on that state or, for backfill,
+        only gets stricter with time. Decisions that can change with time alone (lost work
+        weighed against a wait, a policy holding types back, a staggered start) are never
+        remembered. It still counts as blocked on its types, and a type without a reservation
+        yet gets its reservation from a full look or, for a hopeless job, on the one type its
+        full look would reserve (`_failed`), from here: its try would fail the same way."""
+        types = self.types_by_speed(job)
+        reservations = ctx.reservations
+        unreserved = self._reserves and not all(map(reservations.__contains__, types))
+        if stamp[0] == HOPELESS:
+            n = stamp[2]
+            if not self._still_hopeless(job, stamp, types):
+                return False
+            if unreserved:
+                # A hopeless job's failed try reserves its first candidate type only: the
+                # others may stay unreserved for good, and looking again would not change that.
+                tried = self._types_when_hopeless(job, n)
+                if tried is None:
+                    return False
+                if tried[0] not in reservations:
+                    reservations[tried[0]] = self._reservation_for(job, tried[0], n, now)
+        elif unreserved or self._blocked_stamp(job, now) != stamp:
+            return False
+        else:
+            n = start_sizes(job.spec, self.policy.elastic)[-1]  # the smallest a try asks for
+        self._note_blocked(types, n, ctx)
+        return True
+
+    def _count_start(self, gpu_type: str, tier: int, run: float, now: float) -> None:
+        """A job of the tier started on the type, expected to run `run` seconds."""
+        counts = self._starts[(gpu_type, tier)]
+        for b in range(run_band(run) + 1):
+            counts[b] += 1
+        at, k = self._starts_now.get(gpu_type, (None, 0))
+        self._starts_now[gpu_type] = (now, k + 1 if at == now else 1)
+
+    def _starts_of(self, gpu_type: str, tiers: tuple[int, ...], band: int = 0) -> int:
+        """Jobs of `tiers` started on the type so far (new victims for a job of a policy that
+        may stop those tiers), of those expected to run at least 2**`band` seconds."""
+        return sum(self._starts[(gpu_type, k)][band] for k in tiers)
+
+    def _starts_at(self, gpu_type: str, now: float) -> int:
+        """Jobs started on the type at `now` (no victims until time has passed)."""
+        at, k = self._starts_now.get(gpu_type, (None, 0))
+        return k if at == now else 0
+
+    def _coupled(self, counter: dict[str, int], gpu_type: str) -> int:
+        """A counter summed over the type and the types sharing its racks' power caps; the
+        counters only grow, so the sum changes with any of them."""
+        return sum(counter[t] for t in self._power_coupled[gpu_type])
+
+    def _stamp(self, gpu_type: str) -> int:
+        """What a placement search on the type depends on that can make it succeed later (see
+        `engine.memo`): GPUs and rack power freed on it or on a type sharing its racks' power
+        caps."""
+        return self._coupled(self._freed, gpu_type)
+
+    def _preempt_stamp(self, gpu_type: str, now: float) -> tuple:
+        """As `_stamp`, plus what can give a preemption search more victims: jobs started on
+        the type before `now` (those started at `now` are no victims yet) and changed borrowed
+        flags. A policy whose order changes with time (attained service) may also change whom
+        it lets preempt whom, so its failures last one cycle."""
+        started = self._starts_of(gpu_type, TIERS) - self._starts_at(gpu_type, now)
+        clock = None if self.policy.incremental else now
+        return (self._stamp(gpu_type), started, self._flips[gpu_type], clock)
+
+    def _changed(self, gpu_type: str, freed: bool) -> None:
+        """Note a change of the type's running set or free GPUs, for the caches that depend on
+        them (shadow times, dry runs) and, when GPUs were freed, for the failure memos."""
+        self._epoch[gpu_type] += 1
+        if freed:
+            self._freed[gpu_type] += 1

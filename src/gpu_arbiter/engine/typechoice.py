@@ -64,7 +64,7 @@ def patient_types(sched: Scheduler, job: Job, types: list[str], now: float) -> l
     options = [t for t in types if sched.admissible(job, t, n)]
     if all(free[t] >= n for t in options) or not any(free[t] >= n for t in options):
         return types  # nothing to choose between: all free, or none free
-    runs = {t: sched._est_runtime(job, t, n) for t in options}
+    runs = {t: sched.est_runtime(job, t, n) for t in options}
     if not all(math.isfinite(run) for run in runs.values()):
         return types
     # A tier-1 job trying at tier 2 keeps tier 1's target: it is a tier-1 job that is waited for.

@@ -226,7 +226,7 @@ class ArbiterPolicy(Policy):
         """How long the job would run on the type at its full size by its walltime estimate,
         rounded down to a power of two: jobs of one band find the same victims, so a failed
         search is remembered for them all (`Scheduler._preempt_sig`)."""
-        run = sched._est_runtime(job, gpu_type, job.spec.gpus)
+        run = sched.est_runtime(job, gpu_type, job.spec.gpus)
         return 2.0 ** math.floor(math.log2(max(run, 1.0)))
 
     def before_cycle(self, sched, now: float) -> None:
