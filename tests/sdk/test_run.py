@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -115,3 +116,41 @@ def test_the_sdk_needs_neither_torch_nor_the_rest_of_arbiter():
 def test_nonsense_settings_are_refused(tmp_path, bad):
     with pytest.raises(ValueError):
         Run(tmp_path, handle_sigterm=False, **bad)
+
+
+def test_telemetry_moves_to_the_next_server_of_a_url_list_when_one_does_not_answer(
+    tmp_path, monkeypatch
+):
+    """ARBITER_URL lists a leader and its standby: with the leader gone, reports reach the
+    standby (issue 46 item 4)."""
+    got: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (http.server's name)
+            got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"])))["event"])
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    urls = f"http://127.0.0.1:{dead.getsockname()[1]},http://127.0.0.1:{server.server_port}"
+    monkeypatch.setenv("ARBITER_URL", urls)
+    monkeypatch.setenv("ARBITER_JOB_ID", "j7")
+    monkeypatch.setenv("ARBITER_JOB_TOKEN", "job_secret")
+    try:
+        run = Run(tmp_path, handle_sigterm=False)
+        run.step(0, {}, loss=0.5)
+        run.finish(0, {})
+        deadline = time.monotonic() + 10
+        while len(got) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        server.shutdown()
+        dead.close()
+    assert got == ["progress", "checkpoint", "finished"]

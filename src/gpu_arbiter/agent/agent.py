@@ -1,7 +1,9 @@
 """The agent loop: register the node, then a heartbeat with a health sample every interval.
 
 A heartbeat that fails (server restarting) is retried at the next interval; if the server
-forgot the node (a fresh database), the agent registers it again.
+forgot the node (a fresh database), the agent registers it again. `url` may list several
+servers, comma-separated (a leader and its standbys): a request that cannot connect goes to the
+next one, and the agent stays with the one that answered.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import threading
 import httpx
 
 from gpu_arbiter.agent.discovery import GpuInventory, sample_health
+from gpu_arbiter.domain import InvalidInput
 
 log = logging.getLogger("gpu_arbiter.agent")
 
@@ -30,9 +33,21 @@ class Agent:
         self.inventory = inventory
         self.rack = rack
         self.interval_s = interval_s
-        self.http = httpx.Client(
-            base_url=url.rstrip("/"), headers={"Authorization": f"Bearer {token}"}, timeout=10
-        )
+        self.urls = [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
+        self.http = httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=10)
+
+    def _send(self, method: str, path: str, body: dict) -> httpx.Response:
+        """The request to the first server, in turn from the last one that answered, that
+        takes the connection; the last connection error when none does."""
+        for tried in range(1, len(self.urls) + 1):
+            try:
+                return self.http.request(method, self.urls[0] + path, json=body)
+            except (httpx.ConnectError, httpx.ConnectTimeout):
+                if tried == len(self.urls):
+                    raise
+                self.urls.append(self.urls.pop(0))
+                log.warning("no answer from the server; trying %s", self.urls[0])
+        raise InvalidInput("agent: no server URL given")
 
     def register(self) -> None:
         body = {
@@ -40,12 +55,12 @@ class Agent:
             "gpus": self.inventory.count,
             "rack": self.rack,
         }
-        r = self.http.put(f"/v1/nodes/{self.name}", json=body)
+        r = self._send("PUT", f"/v1/nodes/{self.name}", body)
         r.raise_for_status()
 
     def beat(self) -> None:
-        r = self.http.post(
-            f"/v1/nodes/{self.name}/heartbeat", json=sample_health(self.inventory).to_json()
+        r = self._send(
+            "POST", f"/v1/nodes/{self.name}/heartbeat", sample_health(self.inventory).to_json()
         )
         if r.status_code == 404:
             self.register()

@@ -51,7 +51,9 @@ class ServerProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout_s: float = 120.0) -> ServerProcess:
+    def start(self, timeout_s: float = 120.0, ready: bool = True) -> ServerProcess:
+        """Start the server; with `ready`, return once it answers (a standby does not answer
+        before it takes over)."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "gpu_arbiter.cli", "serve", "--db", self.db]
         cmd += ["--port", str(self.port), "--state-dir", str(self.state_dir)]
@@ -60,7 +62,8 @@ class ServerProcess:
             self.proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
-        wait_ready(self.url, timeout_s, self.proc)
+        if ready:
+            wait_ready(self.url, timeout_s, self.proc)
         return self
 
     def kill(self) -> None:

@@ -35,6 +35,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, insert, select, text, update
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
 
 from gpu_arbiter.control.store import TABLES, Base, database_url
@@ -187,7 +188,17 @@ class Lease:
         told = False
         while self._held < len(self.parts):
             what, lock = self.parts[self._held]
-            holder = lock.try_acquire(self.me)
+            try:
+                holder = lock.try_acquire(self.me)
+            except OperationalError as e:
+                if not wait:
+                    self.release()
+                    raise
+                # A standby outlives a database that restarts: it keeps trying.
+                why = str(e.orig or e).strip().splitlines()[0]
+                log.warning("%s: cannot reach it (%s); trying again", what, why)
+                time.sleep(every_s)
+                continue
             if holder is None:
                 self._held += 1
                 continue

@@ -13,7 +13,9 @@ with code 143 (128 + SIGTERM), before the grace period runs out and SIGKILL foll
 
 Telemetry (F4) goes to `ARBITER_URL/v1/jobs/<ARBITER_JOB_ID>/telemetry` with the job token
 from `ARBITER_JOB_TOKEN`, from a background thread, at most every `report_every_s`; a server
-that cannot be reached never slows down or breaks training.
+that cannot be reached never slows down or breaks training. `ARBITER_URL` may list several
+servers, comma-separated (a leader and its standbys): a report that cannot connect goes to the
+next one, and later reports to the one that took it.
 """
 
 from __future__ import annotations
@@ -173,7 +175,9 @@ class _Reporter:
     """Sends telemetry from a daemon thread; without ARBITER_URL it sends nothing."""
 
     def __init__(self, url: str | None, job_id: str | None, token: str | None) -> None:
-        self.endpoint = f"{url.rstrip('/')}/v1/jobs/{job_id}/telemetry" if url and job_id else None
+        urls = [u.strip().rstrip("/") for u in (url or "").split(",") if u.strip()]
+        self.endpoints = [f"{u}/v1/jobs/{job_id}/telemetry" for u in urls] if job_id else []
+        self.endpoint = self.endpoints[0] if self.endpoints else None
         self.token = token or ""
         self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=1000)
         self._warned = False
@@ -208,16 +212,30 @@ class _Reporter:
                 self._queue.task_done()
 
     def _post(self, data: dict[str, Any]) -> None:
-        req = urllib.request.Request(
-            self.endpoint,
-            data=json.dumps(data).encode(),
-            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.token}"},
-            method="POST",
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=5):
-                pass
-        except (urllib.error.URLError, OSError) as e:
-            if not self._warned:
-                log.warning("telemetry to %s failed (%s); training goes on", self.endpoint, e)
-                self._warned = True
+        error: Exception | None = None
+        for endpoint in list(self.endpoints):
+            req = urllib.request.Request(
+                endpoint,
+                data=json.dumps(data).encode(),
+                headers={
+                    "Content-Type": "application/json",
+                    "Authorization": f"Bearer {self.token}",
+                },
+                method="POST",
+            )
+            try:
+                with urllib.request.urlopen(req, timeout=5):
+                    pass
+            except urllib.error.HTTPError as e:
+                error = e  # the server got it and refused: asking another changes nothing
+                break
+            except (urllib.error.URLError, OSError) as e:
+                error = e  # no answer: the next server, if there is one
+                continue
+            self.endpoint = endpoint
+            self.endpoints.remove(endpoint)
+            self.endpoints.insert(0, endpoint)
+            return
+        if error is not None and not self._warned:
+            log.warning("telemetry to %s failed (%s); training goes on", self.endpoint, error)
+            self._warned = True
