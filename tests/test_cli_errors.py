@@ -3,6 +3,7 @@ commands start without the server's and the simulator's libraries; help is plain
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import pty
@@ -45,10 +46,31 @@ def one_line_exit_2(out: subprocess.CompletedProcess, *words: str) -> None:
         (("teams", "frobnicate"), ("No such command 'frobnicate'",)),
         (("submit", "--gpus", "two", "--", "true"), ("--gpus",)),
         (("tokens", "create", "--team", "a", "--agent"), ("exactly one of",)),
+        (("bill", "--from-sim", "out", "--url", "http://127.0.0.1:1"), ("not both",)),
     ],
 )
 def test_a_usage_mistake_is_one_line_and_exit_2(args, words):
     one_line_exit_2(run(*args, ARBITER_TOKEN="t"), *words)
+
+
+def test_every_command_a_module_registers_is_listed_for_lazy_loading():
+    """A command missing from `main.COMMANDS` would silently not exist."""
+    import pkgutil
+
+    import typer
+
+    import gpu_arbiter.cli
+    from gpu_arbiter.cli.main import COMMANDS
+
+    for info in pkgutil.iter_modules(gpu_arbiter.cli.__path__):
+        module = importlib.import_module(f"gpu_arbiter.cli.{info.name}")
+        if info.name == "main" or not hasattr(module, "register"):
+            continue
+        app = typer.Typer()
+        module.register(app)
+        group = typer.main.get_group(app)
+        for name in group.commands:
+            assert COMMANDS.get(name) == info.name, f"{name} of cli/{info.name}.py"
 
 
 def test_an_unreachable_server_is_one_line_for_every_client_command():

@@ -22,7 +22,7 @@ from typing import Annotated
 
 import typer
 
-from gpu_arbiter.cli.client import api, console
+from gpu_arbiter.cli.client import DEFAULT_URL, api, console
 from gpu_arbiter.domain import InvalidInput
 from gpu_arbiter.economy.ledger import Ledger
 from gpu_arbiter.economy.prices import PriceTable
@@ -40,7 +40,10 @@ def bill(
     ] = None,
     url: Annotated[
         str | None,
-        typer.Option("--url", help="A live control plane instead (default: ARBITER_URL)."),
+        typer.Option(
+            "--url",
+            help="The live control plane (default: ARBITER_URL, else http://127.0.0.1:8080).",
+        ),
     ] = None,
     token: Annotated[str, typer.Option("--token", envvar="ARBITER_TOKEN")] = "",
     prices: Annotated[
@@ -48,12 +51,12 @@ def bill(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
-    """Print what each team used and paid, in credits and in money: of a simulation run
-    (--from-sim DIR) or, live, from the control plane's ledger (--url URL)."""
+    """Print what each team used and paid, in credits and in money: live, from the control
+    plane's ledger, or of a simulation run (--from-sim DIR)."""
+    if from_sim is not None and url is not None:
+        raise InvalidInput("bill: give --from-sim DIR or --url URL, not both")
     if from_sim is None and url is None:
-        url = os.environ.get("ARBITER_URL") or None
-    if (from_sim is None) == (url is None):
-        raise InvalidInput("bill: give exactly one of --from-sim DIR or --url URL")
+        url = os.environ.get("ARBITER_URL") or DEFAULT_URL
     if url is not None:
         live = api(url, token, "GET", "/v1/bill")
         if as_json:
