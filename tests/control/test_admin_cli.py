@@ -74,6 +74,10 @@ def test_tokens_create_list_revoke_and_an_agent_registers_with_one(live):
     r = live.server.client(agent).put("/v1/nodes/adm-n", json={"gpu_type": "H100", "gpus": 1})
     assert r.status_code == 200, r.text
     assert live.server.client(agent).get("/v1/tokens").status_code == 403
+    out = arbiter(live, "arb_wrong", "agent", "--fake-gpus", "1", "--gpu-type", "H100")
+    assert out.returncode == 2 and out.stderr.splitlines() == [
+        "arbiter: error: the server refused this node: 401: unknown or revoked token"
+    ]
 
 
 def test_prices_show_and_set_change_only_what_is_given(live):

@@ -83,9 +83,9 @@ class Agent:
                 else:
                     self.beat()
             except httpx.HTTPStatusError as e:
-                log.warning("server refused: %s %s", e.response.status_code, e.response.text)
                 if e.response.status_code in (401, 403, 422):
-                    raise
+                    raise  # no retry mends a bad token or a refused inventory
+                log.warning("server refused: %s %s", e.response.status_code, e.response.text)
             except httpx.HTTPError as e:
                 log.warning("server unreachable: %s", e)
             stop.wait(self.interval_s)
