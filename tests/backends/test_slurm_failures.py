@@ -18,7 +18,7 @@ from gpu_arbiter.backends.base import Placement
 from gpu_arbiter.backends.slurm import SlurmBackend, parse_sacct, slurm_time
 from gpu_arbiter.control.launch import ServerProcess
 from gpu_arbiter.domain import JobFinished, JobStopped
-from gpu_arbiter.domain.events import JobFailed, JobLost
+from gpu_arbiter.domain.events import JobFailed, JobLaunchFailed, JobLost
 from tests.backends.test_slurm import _log, _of, _slurm, _wait
 from tests.control.harness import wait_for
 
@@ -123,6 +123,14 @@ def test_a_new_backend_tells_how_jobs_that_ended_unwatched_ended(backend, slurm_
     assert (backend.dir / "f3.exit").read_text().split()[0] == "3"  # the exit record
 
 
+def test_a_job_sbatch_refuses_is_a_launch_failure_with_slurms_error(backend):
+    backend.start(Placement("f5", "true", {"no-such-node": (0,)}, "H100"))
+    (failed,) = _of(backend.poll(), JobLaunchFailed)
+    assert failed.job_id == "f5"
+    assert "sbatch" in failed.reason and "no-such-node" in failed.reason.lower()
+    assert backend.running() == []
+
+
 # -- serve on Slurm --------------------------------------------------------------------------
 
 
@@ -134,6 +142,7 @@ def slurm_serve(slurm_conf, tmp_path, monkeypatch) -> Iterator[list[ServerProces
     started: list[ServerProcess] = []
     yield started
     for s in started:
+        s.stop()  # a clean stop lets an sbatch in flight finish, so its job is listed below
         s.kill()
     for line in _slurm(slurm_conf, "squeue", "-h", "-o", "%i|%j").splitlines():
         sid, _, name = line.partition("|")

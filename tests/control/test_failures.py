@@ -36,6 +36,7 @@ def servers(db: str, state: Path) -> Iterator[list[ServerProcess]]:
     started: list[ServerProcess] = []
     yield started
     for s in started:
+        s.stop()  # a clean stop lets a launch in flight finish, so its job is found below
         s.kill()
     for rc in (state / "jobs").glob("*.json"):  # jobs outlive a killed server: end them too
         pid = json.loads(rc.read_text())["pid"]
@@ -88,6 +89,29 @@ def test_a_node_failure_requeues_a_job_that_saved_through_the_sdk_from_its_check
     assert not [e for e in entries if e["reason"] == "rerun"]
     audit = c.admin.get("/v1/audit", params={"limit": 1000}).json()
     assert any(a["action"] == "node-down" and saved in a["detail"]["requeued"] for a in audit)
+
+
+def test_a_job_displaced_by_a_node_failure_restarts_on_the_hot_spare_held_back_for_it(
+    db, state, servers
+):
+    server = start_server(db, state, "--min-grace", "1", "--hot-spares", "1")
+    servers.append(server)
+    c = Cluster(server)
+    for name in ("n1", "n2", "n3"):
+        c.node(name, 8)
+    team = c.team("spares", quota=24)
+    ids = [
+        team.post("/v1/jobs", json={"command": "sleep 300", "gpus": 8, "tier": 1}).json()["id"]
+        for _ in range(3)
+    ]
+    wait_for(lambda: [c.job(j)["state"] for j in ids] == ["running", "running", "pending"])
+    (node,) = c.job(ids[0])["allocation"]["nodes"]
+    assert node != "n3"  # the spare is held back, though a job waits
+    r = c.admin.post(f"/v1/nodes/{node}/heartbeat", json={"xids": [79]})
+    assert r.status_code == 200, r.text
+    job = wait_for(lambda: (j := c.job(ids[0]))["restarts"] == 1 and j["state"] == "running" and j)
+    assert list(job["allocation"]["nodes"]) == ["n3"]
+    assert c.job(ids[2])["state"] == "pending"
 
 
 # -- the server dies while a job ends (exactly once) ------------------------------------------

@@ -76,6 +76,10 @@ def serve(
     heartbeat_timeout: Annotated[
         float, typer.Option("--heartbeat-timeout", help="Seconds of silence before a node is down.")
     ] = 30.0,
+    hot_spares: Annotated[
+        int,
+        typer.Option("--hot-spares", help="Empty nodes per GPU type held for failed-over jobs."),
+    ] = 0,
     cycle_interval: Annotated[
         float, typer.Option("--cycle-interval", help="Least seconds between scheduling cycles.")
     ] = 0.2,
@@ -141,6 +145,7 @@ def serve(
     )  # fmt: skip
     tier2_grace, min_grace = opts.tier2_grace, opts.min_grace
     heartbeat_timeout, cycle_interval = opts.heartbeat_timeout, opts.cycle_interval
+    hot_spares = opts.hot_spares
     reports, backend, slurm_partition = opts.reports, opts.backend, opts.slurm_partition
     kubeconfig, namespace, image = opts.kubeconfig, opts.namespace, opts.image
     standby = opts.standby
@@ -165,6 +170,7 @@ def serve(
         tier2_grace_s=tier2_grace,
         heartbeat_timeout_s=heartbeat_timeout,
         cycle_interval_s=cycle_interval,
+        hot_spares=hot_spares,
     )
     executor: Any = None
     if backend == "slurm":

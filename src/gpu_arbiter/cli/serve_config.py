@@ -66,6 +66,12 @@ class ServeConfig(BaseModel):
     heartbeat_timeout: float = Field(
         30.0, gt=0, description="Seconds without a heartbeat before a node counts as down."
     )
+    hot_spares: int = Field(
+        0,
+        ge=0,
+        description="Healthy, empty nodes of each GPU type held back for the jobs a node "
+        "failure displaces, which restart on them first (F2).",
+    )
     cycle_interval: float = Field(
         0.2, ge=0, description="Least seconds between two scheduling cycles."
     )

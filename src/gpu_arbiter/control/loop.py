@@ -113,6 +113,7 @@ class ServerConfig:
     tier2_grace_s: float = 7200.0
     heartbeat_timeout_s: float = 30.0
     cycle_interval_s: float = 0.2
+    hot_spares: int = 0  # per GPU type (F2)
     idle_cycle_s: float = 5.0
     tick_s: float = 0.25
     max_batch: int = 512
@@ -514,8 +515,26 @@ class ControlLoop:
                     "know how it ended: started again"
                 )
             self._requeue(tx, job_id, why, stop=job_id in adopt)
+        self._hold_spares()
         self._changed = True
         self._rebuild = False
+
+    def _hold_spares(self) -> None:
+        """Hold `hot_spares` nodes of each GPU type back for the jobs a node failure displaces
+        (F2): the last healthy nodes with nothing on them, chosen again at every rebuild, so a
+        spare that took a failed-over job is replaced by another empty node."""
+        if not self.cfg.hot_spares or self.sched is None:
+            return
+        index = self.sched.index
+        held: dict[str, int] = {}
+        names: list[str] = []
+        for node in reversed(self.sched.cluster.nodes):
+            i, t = node.index, node.gpu_type
+            empty = index.free_mask[i] == (1 << node.gpus) - 1
+            if empty and not index.down[i] and held.get(t, 0) < self.cfg.hot_spares:
+                held[t] = held.get(t, 0) + 1
+                names.append(node.name)
+        self.sched.reserve_spares(names)
 
     def _ended_while_away(self, row: Mapping[str, Any]) -> Any:
         """How a job the database has running, and the backend no longer runs, ended — the
