@@ -206,6 +206,7 @@ def test_serve_killed_while_a_slurm_job_ends_records_it_at_its_end_and_never_res
     body = {"team": "research", "command": "sleep 3", "gpus": 1}
     job_id = c.post("/v1/jobs", json=body).json()["id"]
     wait_for(lambda: _job(c, job_id)["state"] == "running")
+    wait_for((tmp_path / "state" / "jobs" / f"{job_id}.log").exists)  # sbatch went through
     slurm_serve[-1].kill()
     c.close()
     record = tmp_path / "state" / "jobs" / f"{job_id}.exit"

@@ -125,6 +125,7 @@ def test_a_job_that_ends_while_the_server_is_down_is_recorded_at_its_real_end_an
     team = c.team("restart", quota=8)
     job_id = team.post("/v1/jobs", json={"command": "echo ran; sleep 2", "gpus": 1}).json()["id"]
     wait_for(lambda: c.job(job_id)["state"] == "running")
+    wait_for((state / "jobs" / f"{job_id}.json").exists)  # launched, not only recorded
     servers[-1].kill()
     c.close()
     rc = state / "jobs" / f"{job_id}.rc"
@@ -153,6 +154,7 @@ def test_a_job_adopted_after_a_restart_that_has_ended_is_charged_only_to_its_end
     team = c.team("adopt", quota=8)
     job_id = team.post("/v1/jobs", json={"command": "sleep 2; exit 3", "gpus": 1}).json()["id"]
     wait_for(lambda: c.job(job_id)["state"] == "running")
+    wait_for((state / "jobs" / f"{job_id}.json").exists)  # launched, not only recorded
     servers[-1].kill()
     c.close()
     rc = state / "jobs" / f"{job_id}.rc"
@@ -176,6 +178,7 @@ def test_a_job_whose_fate_is_unknown_after_a_restart_runs_again_and_the_audit_sa
     team = c.team("unknown", quota=8)
     job_id = team.post("/v1/jobs", json={"command": "sleep 300", "gpus": 1}).json()["id"]
     wait_for(lambda: c.job(job_id)["state"] == "running")
+    wait_for((state / "jobs" / f"{job_id}.json").exists)  # launched, not only recorded
     servers[-1].kill()
     c.close()
     proc = state / "jobs" / f"{job_id}.json"
