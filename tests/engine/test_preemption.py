@@ -468,3 +468,16 @@ def test_of_victims_given_notice_the_one_expected_to_run_longest_goes_first():
     cycle(sched, 100.0)
     sched.submit(job("core", team="a", tier=1, gpus=4), 1000.0)
     assert set(preempts(cycle(sched, 1000.0))) == {"long"}
+
+
+def test_no_plan_counts_on_the_gpus_of_a_drained_node():
+    sched = Scheduler(one_rack(), [Team("a", quota={"H100": 8}), Team("b", quota={"H100": 8})])
+    for i in range(2):
+        sched.submit(job(f"x{i}", team="b", tier=3, gpus=8, duration=1e5), 0.0)
+    cycle(sched, 0.0)
+    drained = node_of(sched, "x1")[0]
+    sched.drain(drained)
+    sched.submit(job("core", team="a", tier=1, gpus=8), 10.0)
+    decisions = cycle(sched, 10.0)
+    assert list(preempts(decisions)) == ["x0"]  # stopping x1 would free nothing
+    assert node_of(sched, "core") != [drained]

@@ -184,3 +184,40 @@ def test_a_tier1_job_is_tier1_only_where_its_quota_fits_a_type_it_can_run_on():
     assert sched.submit(spec, 0.0).tier == Tier.CORE
     assert "tp8" in starts(cycle(sched, 0.0))
     assert sched.jobs["tp8"].borrows_at_tier2
+
+
+def test_a_drained_node_keeps_its_jobs_takes_no_new_ones_and_comes_back():
+    sched = Scheduler(small())
+    sched.submit(job("a", gpus=8), 0.0)
+    node = starts(cycle(sched, 0.0))["a"].allocation.nodes[0]
+    name = sched.cluster.nodes[node].name
+    sched.drain(name)
+    assert sched.jobs["a"].state == JobState.RUNNING
+    sched.finished("a", 10.0)
+    sched.submit(job("b", gpus=8), 10.0)
+    placed = starts(cycle(sched, 10.0))["b"].allocation.nodes
+    assert node not in placed  # its GPUs are free, but it takes no new work
+    sched.node_up(name, 20.0)
+    assert sched.index.free[node] == 8
+
+
+def test_a_drained_node_that_fails_still_stops_its_jobs():
+    sched = Scheduler(small())
+    sched.submit(job("a", gpus=8), 0.0)
+    node = starts(cycle(sched, 0.0))["a"].allocation.nodes[0]
+    name = sched.cluster.nodes[node].name
+    sched.drain(name)
+    assert sched.node_down(name, 5.0) == ["a"]
+    assert sched.jobs["a"].state == JobState.PENDING
+
+
+def test_restart_queues_a_running_job_again_from_its_checkpoint():
+    sched = Scheduler(small())
+    sched.submit(job("a", gpus=8, duration=10_000.0, checkpoint_interval_s=100.0), 0.0)
+    cycle(sched, 0.0)
+    a = sched.jobs["a"]
+    progress = a.progress_at(250.0)
+    kept = a.saved_progress(250.0, progress)
+    assert 0 < kept < progress
+    sched.restart("a", 250.0)
+    assert (a.state, a.restarts, a.progress_s) == (JobState.PENDING, 1, kept)

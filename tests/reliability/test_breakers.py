@@ -101,7 +101,7 @@ def test_a_stop_policy_stops_the_job_once_and_then_ignores_it():
     assert cb.observe("t", sample(0)) is None
     trip = cb.observe("t", sample(1, loss=math.nan))
     assert trip.action is Action.STOP and trip.team == "t" and trip.at == 60.0
-    assert trip.message.startswith("job j stopped and its GPUs released: loss is nan")
+    assert trip.message.startswith("job j stopped and its GPUs released: loss is NaN")
     assert cb.observe("t", sample(2, loss=math.nan)) is None
     cb.forget("j")
     assert cb.observe("t", sample(3, loss=math.nan)) is not None

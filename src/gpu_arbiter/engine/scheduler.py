@@ -117,6 +117,7 @@ class Scheduler(
         self.team_jobs: dict[tuple[str, str], Borrowing] = {}
         self.elastic_running: dict[str, Job] = {}
         self.node_jobs: list[set[str]] = [set() for _ in cluster.nodes]
+        self.drained: set[int] = set()  # nodes out of placement whose jobs run on (`drain`)
         self.holds: dict[str, Hold] = {}
         self.hold_of: dict[str, str] = {}  # victim id -> id of the job holding GPUs for it
         self.pending_stops: dict[str, Preempt] = {}
@@ -233,8 +234,9 @@ class Scheduler(
         """Cordon a node; its jobs lose the work since their last checkpoint and are requeued
         (a job without checkpointing is demoted one tier, E3). Returns the affected job ids."""
         node = self.cluster.node(name).index
-        if self.index.down[node]:
+        if self.index.down[node] and node not in self.drained:
             return []
+        self.drained.discard(node)
         self.spares.lost(node)
         self.index.set_down(node)
         self._changed(self.index.node_type[node], freed=False)
@@ -271,6 +273,7 @@ class Scheduler(
         node = self.cluster.node(name).index
         if not self.index.down[node]:
             return
+        self.drained.discard(node)
         self._dirty = True
         busy = 0
         for job_id in self.node_jobs[node]:
@@ -285,6 +288,30 @@ class Scheduler(
         self._changed(self.index.node_type[node], freed=True)
         if not busy:
             self.spares.refill(node)
+
+    def drain(self, name: str) -> None:
+        """Take a node out of placement without stopping its jobs (a degraded node: what runs
+        there goes on, nothing new starts there, and no plan counts on its GPUs coming free).
+        `node_up` puts it back in service; `node_down` still stops its jobs."""
+        node = self.cluster.node(name).index
+        if self.index.down[node]:
+            return
+        self.spares.lost(node)
+        self.index.set_down(node)
+        self.drained.add(node)
+        self._changed(self.index.node_type[node], freed=False)
+        for hold in [h for h in self.holds.values() if node in h.allocation.nodes]:
+            self._cancel_hold(hold)
+
+    def restart(self, job_id: str, now: float) -> Job:
+        """Stop a running job, losing the work since its last checkpoint, and queue it again
+        (a gang restarted without the straggling node it ran on)."""
+        job = self._running(job_id)
+        self.pending_stops.pop(job_id, None)
+        job.restarts += 1
+        self._stop(job, now, keep_all=False)
+        self._victim_gone(job_id, now)
+        return job
 
     def demote(self, job_id: str, tier: Tier, now: float) -> bool:
         """A running job keeps its GPUs at `tier` from now on, a lower priority than it runs

@@ -13,6 +13,8 @@ Four breakers watch each job's telemetry:
 
 Each job's breakers are independent state; a team's `BreakerPolicy` says whether a trip stops
 the job (its GPUs are released) or only flags it. Either way the team gets `Trip.message`.
+The simulator runs them over synthetic streams (`pathologies.detect`), the control plane over
+every report a live job sends (`control.watch`): one implementation for both.
 """
 
 from __future__ import annotations
@@ -30,19 +32,21 @@ from gpu_arbiter.domain import InvalidInput
 @dataclass(frozen=True, slots=True)
 class Telemetry:
     """One progress report from a job. `io_wait_share` is the fraction of wall time spent
-    waiting for input (0..1); `flops` is the FLOP/s achieved by the whole job, when it says."""
+    waiting for input (0..1); `flops` is the FLOP/s achieved by the whole job, when it says.
+    A live job may leave out what it does not measure (None): the breakers that need it then
+    skip the sample."""
 
     job_id: str
     at: float
     step: int
-    loss: float
-    grad_norm: float
-    io_wait_share: float
-    tokens_per_s: float
+    loss: float | None
+    grad_norm: float | None
+    io_wait_share: float | None
+    tokens_per_s: float | None
     flops: float | None = None
 
     def __post_init__(self) -> None:
-        if not 0 <= self.io_wait_share <= 1:
+        if self.io_wait_share is not None and not 0 <= self.io_wait_share <= 1:
             raise InvalidInput(
                 f"telemetry of {self.job_id!r}: io_wait_share must be in 0..1, "
                 f"got {self.io_wait_share}"
@@ -142,6 +146,11 @@ class Trip:
     @property
     def at(self) -> float:
         return self.detection.at
+
+    @property
+    def reason(self) -> str:
+        """The reason a stopped job carries (`arbiter queue`, GET /v1/jobs/{id})."""
+        return f"circuit breaker: {self.detection.reason}"
 
     @property
     def message(self) -> str:
@@ -278,27 +287,34 @@ class JobBreakers:
     def observe(self, s: Telemetry) -> Detection | None:
         found: list[tuple[Breaker, str]] = []
         bad = [
-            f"{name} is {value}"
+            f"{name} is {_show(value)}"
             for name, value in (("loss", s.loss), ("gradient norm", s.grad_norm))
-            if not math.isfinite(value)
+            if value is not None and not math.isfinite(value)
         ]
         if bad:
-            found.append((Breaker.NON_FINITE, " and ".join(bad) + f" at step {s.step}"))
+            found.append((Breaker.NON_FINITE, " and ".join(bad)))
         else:
-            for breaker, why in (
-                (Breaker.GRAD_EXPLOSION, self._grad.update(s.grad_norm)),
-                (Breaker.LOSS_DIVERGENCE, self._div.update(s.loss)),
+            for breaker, value, detector in (
+                (Breaker.GRAD_EXPLOSION, s.grad_norm, self._grad),
+                (Breaker.LOSS_DIVERGENCE, s.loss, self._div),
             ):
+                why = detector.update(value) if value is not None else None
                 if why:
                     found.append((breaker, why))
-        why = self._io.update(s.at, s.io_wait_share)
-        if why:
-            found.append((Breaker.IO_STALL, why))
+        if s.io_wait_share is not None:
+            why = self._io.update(s.at, s.io_wait_share)
+            if why:
+                found.append((Breaker.IO_STALL, why))
         for breaker, why in found:
             if breaker not in self._fired:
                 self._fired.add(breaker)
-                return Detection(breaker, s.at, s.step, why)
+                return Detection(breaker, s.at, s.step, f"{why} at step {s.step}")
         return None
+
+
+def _show(value: float) -> str:
+    """NaN and infinities as people write them in a report ("loss is NaN")."""
+    return "NaN" if math.isnan(value) else str(value)
 
 
 def first_detection(samples: Iterable[Telemetry], config: BreakerConfig) -> Detection | None:
@@ -330,6 +346,10 @@ class CircuitBreakers:
 
     def policy(self, team: str) -> BreakerPolicy:
         return self._policies.get(team, self._default)
+
+    def set_policy(self, team: str, policy: BreakerPolicy) -> None:
+        """A team's new policy; jobs already watched keep their breakers' state."""
+        self._policies[team] = policy
 
     def observe(self, team: str, sample: Telemetry) -> Trip | None:
         job_id = sample.job_id

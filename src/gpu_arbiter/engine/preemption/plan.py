@@ -192,6 +192,7 @@ class PreemptionStep:
             if o.current()  # not stopped, resized or flipped since the list was made
             and (o.at_once or not at_once)
             and (reserved is None or reserved not in o.part.nodes)
+            and (not self.drained or self.drained.isdisjoint(o.part.nodes))
             and self._may_take(job, o, within, inference)
         )
         first = next(allowed, None)
