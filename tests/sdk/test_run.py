@@ -87,20 +87,29 @@ def test_telemetry_is_posted_with_the_job_token(tmp_path, monkeypatch):
     monkeypatch.setenv("ARBITER_URL", f"http://127.0.0.1:{server.server_port}")
     monkeypatch.setenv("ARBITER_JOB_ID", "j7")
     monkeypatch.setenv("ARBITER_JOB_TOKEN", "job_secret")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("ARBITER_ALLOCATION", "n2:0,1;n3:0,1")
+    monkeypatch.delenv("ARBITER_NODE", raising=False)
+    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
     try:
         run = Run(tmp_path, handle_sigterm=False)
         run.step(0, {}, loss=0.5)
-        run.step(1, {}, loss=float("nan"))  # within report_every_s: not sent
-        run.finish(1, {})
+        run.step(1, {}, loss=0.4)  # within report_every_s: not sent
+        # A NaN or infinity is sent at once, as a string JSON can carry.
+        run.step(2, {}, step_time_s=0.25, loss=float("nan"), grad_norm=float("-inf"))
+        run.finish(2, {})
         deadline = time.monotonic() + 10
-        while len(got) < 3 and time.monotonic() < deadline:
+        while len(got) < 4 and time.monotonic() < deadline:
             time.sleep(0.05)
     finally:
         server.shutdown()
     assert {path for path, _, _ in got} == {"/v1/jobs/j7/telemetry"}
     assert {auth for _, auth, _ in got} == {"Bearer job_secret"}
-    assert [b["event"] for _, _, b in got] == ["progress", "checkpoint", "finished"]
+    assert [b["event"] for _, _, b in got] == ["progress", "progress", "checkpoint", "finished"]
     assert got[0][2]["loss"] == 0.5
+    broken = got[1][2]
+    assert (broken["step"], broken["loss"], broken["grad_norm"]) == (2, "nan", "-inf")
+    assert (broken["rank"], broken["node"], broken["step_time_s"]) == (3, "n2", 0.25)
 
 
 def test_the_sdk_needs_neither_torch_nor_the_rest_of_arbiter():

@@ -69,6 +69,15 @@ def test_heatmap_counts_by_tier_include_borrowed_gpus():
     assert h["by_tier"] == {"1": 2, "2": 0, "3": 1}  # j2 is tier 3 work, borrowed or not
 
 
+def test_a_degraded_node_shows_its_running_jobs_and_no_free_gpus():
+    snap = cluster()
+    nodes = (*snap.nodes, NodeState("n5", "r1", "H100", 4, 4, "degraded", "straggler", 0))
+    holdings = {**snap.holdings, "n5": (Holding("j3", "a", 2, False, False, (1, 2)),)}
+    h = heatmap_view(Snapshot(now=snap.now, nodes=nodes, holdings=holdings), ADMIN)
+    n5 = next(n for r in h["racks"] for n in r["nodes"] if n["name"] == "n5")
+    assert (n5["cells"], n5["state"], n5["reason"]) == ("c22c", "degraded", "straggler")
+
+
 def test_heatmap_hides_other_teams_jobs_from_a_team_viewer():
     h = heatmap_view(cluster(), Viewer("team", "a"))
     jobs = h["racks"][0]["nodes"][0]["jobs"]

@@ -33,6 +33,7 @@ from gpu_arbiter.control.loop import ControlLoop, ServerConfig
 from gpu_arbiter.control.schemas import NodeRegister
 from gpu_arbiter.control.store import database_url
 from gpu_arbiter.domain import InvalidInput
+from gpu_arbiter.reliability.stragglers import StragglerConfig
 
 
 def register(app: typer.Typer) -> None:
@@ -131,6 +132,20 @@ def serve(
             "when it is gone (instead of refusing).",
         ),
     ] = False,
+    straggler_factor: Annotated[
+        float,
+        typer.Option(
+            "--straggler-factor",
+            help="A node whose ranks are this many times slower than the rest of a gang's "
+            "is a straggler.",
+        ),
+    ] = 1.5,
+    straggler_window: Annotated[
+        float,
+        typer.Option(
+            "--straggler-window", help="Seconds a node must stay that slow to be marked degraded."
+        ),
+    ] = 300.0,
 ) -> None:
     """Run the control plane: REST API, scheduling loop and a local, Slurm or Kubernetes
     backend. With Slurm or Kubernetes the nodes come from the executor's own inventory."""
@@ -163,6 +178,7 @@ def serve(
     except InvalidInput:
         lease.release()
         raise
+    stragglers = StragglerConfig(opts.straggler_factor, opts.straggler_window)
     config = ServerConfig(
         state_dir=state_dir,
         public_url=url,
@@ -171,6 +187,7 @@ def serve(
         heartbeat_timeout_s=heartbeat_timeout,
         cycle_interval_s=cycle_interval,
         hot_spares=hot_spares,
+        stragglers=stragglers,
     )
     executor: Any = None
     if backend == "slurm":

@@ -103,6 +103,20 @@ class ServeConfig(BaseModel):
         "python:3.11-slim",
         description="Container image job pods run their command in (backend `kubernetes`).",
     )
+    straggler_factor: float = Field(
+        1.5,
+        gt=1,
+        allow_inf_nan=False,
+        description="A node whose ranks' step time is this many times the median of the other "
+        "nodes' ranks in a gang is a straggler (docs/failures.md).",
+    )
+    straggler_window: float = Field(
+        300.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="Seconds a node must stay a straggler to be marked degraded: it takes no "
+        "new work and the gang restarts without it.",
+    )
     standby: bool = Field(
         False,
         description="When another serve holds the state dir or the database, wait and take "

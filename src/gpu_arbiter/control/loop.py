@@ -45,9 +45,11 @@ from gpu_arbiter.control.auth import Authenticator, Forbidden, Principal, hash_t
 from gpu_arbiter.control.errors import Conflict, NotFound, Unavailable
 from gpu_arbiter.control.live import LiveScheduler
 from gpu_arbiter.control.metrics import Metrics
+from gpu_arbiter.control.notify import Webhooks
 from gpu_arbiter.control.reconcile import reconcile
 from gpu_arbiter.control.schemas import Heartbeat, JobSubmit, NodeRegister, TeamPut, Telemetry
 from gpu_arbiter.control.store import TABLES, dropped, insert_rows
+from gpu_arbiter.control.watch import JobWatch
 from gpu_arbiter.domain import (
     GPU_CATALOG,
     Allocation,
@@ -87,7 +89,9 @@ from gpu_arbiter.economy import (
 )
 from gpu_arbiter.economy.chargeback import LOST_WORK, RERUN
 from gpu_arbiter.engine import EngineConfig
+from gpu_arbiter.reliability import Action, Trip
 from gpu_arbiter.reliability.health import HealthMonitor, HealthReport
+from gpu_arbiter.reliability.stragglers import Straggler, StragglerConfig
 
 log = logging.getLogger("gpu_arbiter.control")
 
@@ -99,6 +103,8 @@ LEDGER, AUDIT, TELEMETRY, SETTINGS = (
     TABLES["settings"],
 )
 ACTIVE = ("pending", "running")
+# Node states whose jobs run: a degraded node (its ranks held a gang back) takes no new work.
+IN_SERVICE = ("up", "degraded")
 # A live job's real length is unknown until it exits; the engine needs a finite amount of work,
 # so it gets one that only matters for backfill when the user gave no walltime.
 LIVE_WORK_S = 7 * 86_400.0
@@ -119,6 +125,7 @@ class ServerConfig:
     max_batch: int = 512
     # Running jobs are charged for the seconds they held their GPUs at least this often (E5).
     accrue_s: float = 60.0
+    stragglers: StragglerConfig = field(default_factory=StragglerConfig)
 
 
 @dataclass(slots=True)
@@ -224,6 +231,9 @@ class ControlLoop:
         self.burn: dict[str, float] = {}
         # Starts the backend refused after their commit, handled on the next tick.
         self._launch_failures: list[JobLaunchFailed] = []
+        self.watch = JobWatch(config.stragglers)
+        self.webhooks = Webhooks(self.metrics.webhooks)
+        self._degraded: set[str] = set()  # nodes marked degraded (or that were: see its use)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -234,6 +244,7 @@ class ControlLoop:
         # cluster would stall a scheduling cycle for tens of milliseconds each time.
         gc.collect()
         gc.freeze()
+        self.webhooks.start()
         self._thread = threading.Thread(target=self._run, name="arbiter-control", daemon=True)
         self._thread.start()
 
@@ -243,6 +254,7 @@ class ControlLoop:
         self._inbox.put(_STOP)
         self._thread.join(timeout=30)
         self._thread = None
+        self.webhooks.stop()
         gc.unfreeze()
         if self._conn is not None:
             self._conn.close()
@@ -427,6 +439,9 @@ class ControlLoop:
             for r in conn.execute(select(TEAMS))
         }
         self.budgets = Budgets.for_teams(self.ledger, self.teams.values())
+        self.watch = JobWatch(self.cfg.stragglers)
+        for r in conn.execute(select(TEAMS.c.name, TEAMS.c.breaker_policy, TEAMS.c.webhook_url)):
+            self.watch.set_team(r.name, r.breaker_policy, r.webhook_url)
         self.nodes = {r.name: dict(r._mapping) for r in conn.execute(select(NODES))}
         self.monitor = HealthMonitor(self.cfg.heartbeat_timeout_s)
         for name, n in self.nodes.items():
@@ -436,7 +451,7 @@ class ControlLoop:
         self.sched = self._new_engine()
         if self.sched is not None:
             for name, n in self.nodes.items():
-                if n["state"] != "up":
+                if n["state"] not in IN_SERVICE:
                     self.sched.node_down(name, now)
         rows = conn.execute(
             select(JOBS).where(JOBS.c.state.in_(ACTIVE)).order_by(JOBS.c.seq)
@@ -515,6 +530,11 @@ class ControlLoop:
                     "know how it ended: started again"
                 )
             self._requeue(tx, job_id, why, stop=job_id in adopt)
+        if self.sched is not None:
+            self._degraded = {name for name, n in self.nodes.items() if n["state"] == "degraded"}
+            for name in self._degraded:
+                self.sched.drain(name)
+            self._replay_telemetry(conn)
         self._hold_spares()
         self._changed = True
         self._rebuild = False
@@ -566,6 +586,18 @@ class ControlLoop:
             return False
         return True
 
+    def _replay_telemetry(self, conn: Connection) -> None:
+        """Rebuild the breaker and straggler state of running jobs from their stored reports
+        of the current run (`watch.JobWatch.replay`)."""
+        assert self.sched is not None
+        for job_id, job in self.sched.running.items():
+            rows = conn.execute(
+                select(TELEMETRY.c.at, TELEMETRY.c.data)
+                .where(TELEMETRY.c.job_id == job_id, TELEMETRY.c.at >= job.started_at)
+                .order_by(TELEMETRY.c.id)
+            )
+            self.watch.replay(job_id, job.team, ((r.at, r.data) for r in rows))
+
     def _new_engine(self) -> LiveScheduler | None:
         if not self.nodes:
             return None
@@ -606,7 +638,7 @@ class ControlLoop:
             self._build(tx)
         for verdict in self.monitor.check(now):
             node = self.nodes.get(verdict.node)
-            if node is not None and node["state"] == "up":
+            if node is not None and node["state"] in IN_SERVICE:
                 self._node_down(tx, verdict.node, "down", verdict.reason, SCHEDULER)
         if self.budgets.budgets:
             if self.budgets.open_period(now):
@@ -620,6 +652,7 @@ class ControlLoop:
             return
         if self.sched is None:
             return
+        self._move_off_degraded(tx)
         due = self._changed and now - self._last_cycle >= self.cfg.cycle_interval_s
         if due or now >= self._wakeup or now - self._last_cycle >= self.cfg.idle_cycle_s:
             self._cycle(tx)
@@ -648,6 +681,7 @@ class ControlLoop:
         assert self.sched is not None
         job = self.sched.jobs[d.job_id]
         live = self.live[d.job_id]
+        self.watch.forget(d.job_id)  # a new run is watched afresh
         values, placement = self._place(tx, d.job_id, d.allocation, d.borrowed)
         tx.conn.execute(
             update(JOBS)
@@ -804,7 +838,7 @@ class ControlLoop:
             return  # not registered: registration comes from the executor's inventory
         name = self.backend.name
         if isinstance(event, NodeDown):
-            if node["state"] == "up":
+            if node["state"] in IN_SERVICE:
                 self._node_down(tx, event.node, "down", event.reason, name)
         elif node["state"] == "down" and node["reason"].startswith(f"{name}:"):
             self._node_up(tx, event.node, name)
@@ -886,6 +920,7 @@ class ControlLoop:
             )
         )
         live = self.live.pop(job_id, None)
+        self.watch.forget(job_id)
         self.metrics.ended.labels(state).inc()
         if live is not None and state == "completed":
             self.metrics.jct.labels(str(int(live.spec.tier))).observe(end - live.submitted_at)
@@ -1224,12 +1259,15 @@ class ControlLoop:
             "weight": team.weight,
             "quota": dict(team.quota),
             "budget_per_period": team.budget_per_period,
+            "breaker_policy": req.breaker_policy,
+            "webhook_url": str(req.webhook_url) if req.webhook_url is not None else None,
         }
         if name in self.teams:
             tx.conn.execute(update(TEAMS).where(TEAMS.c.name == name).values(**values))
         else:
             tx.conn.execute(insert(TEAMS).values(name=name, **values))
         self.teams[name] = team
+        self.watch.set_team(name, req.breaker_policy, values["webhook_url"])
         self._audit(tx, who.actor, "team-set", name, **values)
         self._rebuild = True
         return {"name": name, **values}
@@ -1422,7 +1460,107 @@ class ControlLoop:
             .where(JOBS.c.id == job_id)
             .values(telemetry={**doc, "at": tx.now}, last_checkpoint_at=live.last_checkpoint_at)
         )
+        job = self.sched.running.get(job_id) if self.sched is not None else None
+        if job is not None:
+            trip, straggler = self.watch.observe(job_id, job.team, tx.now, data)
+            if trip is not None:
+                self._tripped(tx, trip)
+            if straggler is not None and job_id in self.live:
+                self._straggler(tx, straggler, job.team)
         return {"job_id": job_id, "at": tx.now}
+
+    def _tripped(self, tx: _Tx, trip: Trip) -> None:
+        """A circuit breaker tripped on a running job (F5): under the team's `stop` policy the
+        job fails and its GPUs are released, under `flag` it runs on, flagged. Either way the
+        reason is on the job, in the audit log and the metrics, and sent to the team."""
+        assert self.sched is not None
+        job_id, breaker = trip.job_id, trip.detection.breaker.value
+        self.metrics.breaker_trips.labels(breaker, trip.action.value).inc()
+        saved_h = 0.0
+        if trip.action is Action.STOP:
+            job = self.sched.jobs[job_id]
+            # As the simulator counts it: the GPU time the job would still have held, here to
+            # the end its walltime estimate gives (unknown, so not counted, without one).
+            left = job.expected_end_at - tx.now
+            saved_h = max(0.0, left) * job.gpu_share / 3600 if math.isfinite(left) else 0.0
+            self.sched.cancel(job_id, tx.now)
+            self._end(tx, job_id, "failed", trip.reason, stop=True)
+            self.metrics.breaker_saved_gpu_hours.inc(saved_h)
+        else:
+            reason = f"flagged by {trip.reason}"
+            tx.conn.execute(update(JOBS).where(JOBS.c.id == job_id).values(reason=reason))
+        self._audit(
+            tx,
+            SCHEDULER,
+            f"breaker-{trip.action.value}",
+            job_id,
+            breaker=breaker,
+            step=trip.detection.step,
+            reason=trip.reason,
+            saved_gpu_hours=saved_h if trip.action is Action.STOP else None,
+        )
+        self._notify(tx, trip.team, f"Arbiter: {trip.message}")
+        self._changed = True
+
+    def _straggler(self, tx: _Tx, found: Straggler, team: str) -> None:
+        """A node's ranks held a gang back: the node is marked degraded (it takes no new work,
+        its jobs run on) and the team is told; the gang is restarted without it as soon as a
+        healthy node is free (`_move_off_degraded`)."""
+        node = self.nodes.get(found.node)
+        if node is None or node["state"] != "up" or self.sched is None:
+            return  # not a node of ours, or already out of service
+        self.sched.drain(found.node)
+        self._degraded.add(found.node)
+        node.update(state="degraded", reason=found.reason)
+        tx.conn.execute(
+            update(NODES)
+            .where(NODES.c.name == found.node)
+            .values(state="degraded", reason=found.reason)
+        )
+        self.metrics.stragglers.inc()
+        self._audit(tx, SCHEDULER, "node-degraded", found.node, reason=found.reason)
+        self._notify(
+            tx,
+            team,
+            f"Arbiter: node {found.node} marked degraded ({found.reason}); job "
+            f"{found.job_id} restarts from its checkpoint without it when a healthy node is free",
+        )
+        self._changed = True
+        self._move_off_degraded(tx)
+
+    def _move_off_degraded(self, tx: _Tx) -> None:
+        """Restart each multi-node job that runs on a degraded node from its checkpoint, once
+        healthy GPUs of its type are free for the part it holds there (it is queued again,
+        and the engine places it; a degraded node offers no GPUs)."""
+        sched = self.sched
+        if sched is None or not self._degraded:
+            return
+        for name in sorted(self._degraded):
+            if self.nodes[name]["state"] != "degraded":
+                self._degraded.discard(name)  # taken back up, or down since
+                continue
+            index = sched.cluster.node(name).index
+            for job_id in sorted(sched.node_jobs[index]):
+                job = sched.running.get(job_id)
+                if job is None or job.allocation is None or len(job.allocation.nodes) < 2:
+                    continue
+                there = sum(len(g) for n, g in job.allocation.slots if n == index)
+                if sched.index.type_free[job.allocation.gpu_type] < there:
+                    continue
+                live, seg = self.live[job_id], self.segs.get(job_id)
+                lost_from = live.last_checkpoint_at
+                if seg is not None and (lost_from is None or lost_from < seg.start):
+                    lost_from = seg.start
+                sched.restart(job_id, tx.now)
+                why = f"restarted without degraded node {name}"
+                self._requeue(tx, job_id, why, stop=True, lost_from=lost_from, restart=True)
+                self._changed = True
+
+    def _notify(self, tx: _Tx, team: str, text: str) -> None:
+        """Send `text` to the team's webhook, if it has one, once the transaction commits."""
+        url = self.watch.webhooks.get(team)
+        if url is not None:
+            tx.after.append(lambda: self.webhooks.send(url, text))
 
     # -- helpers ---------------------------------------------------------------------------
 

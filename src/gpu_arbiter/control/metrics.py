@@ -55,6 +55,25 @@ class Metrics:
         self.lost_gpu_hours = Counter(
             "arbiter_lost_gpu_hours", "GPU-hours whose work was lost to failures", registry=r
         )
+        self.breaker_trips = Counter(
+            "arbiter_breaker_trips",
+            "Circuit breaker trips of live jobs, by breaker and action (stop, flag)",
+            ["breaker", "action"],
+            registry=r,
+        )
+        self.breaker_saved_gpu_hours = Counter(
+            "arbiter_breaker_saved_gpu_hours",
+            "GPU-hours a job stopped by a breaker would still have held (to its walltime)",
+            registry=r,
+        )
+        self.stragglers = Counter(
+            "arbiter_straggler_nodes",
+            "Nodes marked degraded because their ranks held a gang back",
+            registry=r,
+        )
+        self.webhooks = Counter(
+            "arbiter_webhook_messages", "Team webhook messages by outcome", ["outcome"], registry=r
+        )
         self.spent = Gauge(
             "arbiter_team_credits_spent", "Credits charged less refunds", ["team"], registry=r
         )

@@ -3,9 +3,19 @@ is answered 422 with the field's name before anything is changed."""
 
 from __future__ import annotations
 
+import math
+import sys
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    HttpUrl,
+    PlainValidator,
+    WithJsonSchema,
+    field_validator,
+)
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -84,9 +94,16 @@ class JobSubmit(_Strict):
 
 
 class TeamPut(_Strict):
+    """A team. `breaker_policy` says what a tripped circuit breaker does to its jobs (F5):
+    `stop` them (their GPUs are released) or `flag` them and let them run; either way the
+    team is told, at `webhook_url` too when set (a POST of `{"text": ...}`, the body a Slack
+    incoming webhook takes)."""
+
     weight: Positive = 1.0
     quota: dict[Name, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
     budget_per_period: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    breaker_policy: Literal["stop", "flag"] = "stop"
+    webhook_url: Annotated[HttpUrl, Field(max_length=2000)] | None = None
 
 
 class TokenCreate(_Strict):
@@ -111,16 +128,69 @@ class Heartbeat(_Strict):
     gpus_seen: Annotated[int, Field(ge=0)] | None = None
 
 
-class Telemetry(_Strict):
-    """What a job reports (F4): progress and, after a save, when its checkpoint was taken."""
+NON_FINITE = ("nan", "inf", "-inf")
+_HUGE = sys.float_info.max  # any finite double
 
-    step: Annotated[int, Field(ge=0)] | None = None
-    loss: Annotated[float, Field(allow_inf_nan=False)] | None = None
-    tokens_per_s: Annotated[float, Field(ge=0)] | None = None
-    io_wait_share: Annotated[float, Field(ge=0, le=1)] | None = None
-    flops: Annotated[float, Field(ge=0)] | None = None
-    checkpoint_step: Annotated[int, Field(ge=0)] | None = None
-    checkpoint_at: Annotated[float, Field(allow_inf_nan=False)] | None = None
+
+def _number(lo: float, hi: float) -> Any:
+    """A float that is a plain JSON number in [lo, hi]: never a boolean, a string, NaN,
+    Infinity or an overflow such as 1e400 (which JSON parsers read as infinity)."""
+    return Annotated[float, Field(strict=True, allow_inf_nan=False, ge=lo, le=hi)]
+
+
+def _sample(lo: float, hi: float) -> Any:
+    """A training metric that may be NaN or infinite, which is exactly what a circuit breaker
+    must see: a JSON number in [lo, hi], or the string "nan", "inf" or "-inf". The value is
+    kept as sent (a string stays a string), so it can be stored as JSON. The range is wide: a
+    diverging loss passes through every magnitude on its way to infinity."""
+
+    def check(value: Any) -> float | str:
+        if isinstance(value, str):
+            if value in NON_FINITE:
+                return value
+            raise ValueError(f"must be a number or one of {', '.join(NON_FINITE)} (a string)")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError("must be a number")
+        if not math.isfinite(value):
+            raise ValueError('must be finite as a JSON number; send "nan", "inf" or "-inf"')
+        if not lo <= value <= hi:
+            raise ValueError(f"must be between {lo:g} and {hi:g}")
+        return float(value)
+
+    schema = {
+        "oneOf": [
+            {"type": "number", "minimum": lo, "maximum": hi},
+            {"type": "string", "enum": list(NON_FINITE)},
+        ],
+        "description": 'A number, or "nan", "inf" or "-inf" for a non-finite value.',
+    }
+    return Annotated[float | str, PlainValidator(check), WithJsonSchema(schema)]
+
+
+def as_float(value: float | str | None) -> float | None:
+    """A metric as sent (`_sample`) as a float: "nan" is NaN, "inf" infinity."""
+    return None if value is None else float(value)
+
+
+class Telemetry(_Strict):
+    """What a job reports (F4): progress and, after a save, when its checkpoint was taken.
+
+    `loss` and `grad_norm` feed the circuit breakers (F5), so a NaN or infinite value is sent
+    as the string "nan", "inf" or "-inf"; every other number is a plain, bounded JSON number.
+    A rank of a multi-node job reports its own `step_time_s` with its `rank` and `node`, so a
+    node whose ranks hold the gang back is found (stragglers)."""
+
+    step: Annotated[int, Field(strict=True, ge=0, le=2**53)] | None = None
+    loss: _sample(-_HUGE, _HUGE) | None = None
+    grad_norm: _sample(0.0, _HUGE) | None = None
+    tokens_per_s: _number(0.0, 1e13) | None = None
+    io_wait_share: _number(0.0, 1.0) | None = None
+    flops: _number(0.0, 1e22) | None = None
+    checkpoint_step: Annotated[int, Field(strict=True, ge=0, le=2**53)] | None = None
+    checkpoint_at: _number(0.0, 1e11) | None = None
+    rank: Annotated[int, Field(strict=True, ge=0, le=1_000_000)] | None = None
+    node: Annotated[str, Field(min_length=1, max_length=128)] | None = None
+    step_time_s: _number(1e-6, 86_400.0) | None = None
     event: Literal["progress", "checkpoint", "resume", "preempted", "finished"] = "progress"
 
     def data(self) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from sqlalchemy import (
     event,
     func,
     insert,
+    inspect,
     literal_column,
     select,
 )
@@ -54,6 +55,10 @@ class TeamRow(Base):
     weight: Mapped[float] = mapped_column(Float, default=1.0)
     quota: Mapped[dict[str, int]] = mapped_column(JSON, default=dict)
     budget_per_period: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # What a tripped circuit breaker does to the team's jobs (stop | flag), and where the team
+    # is told (a webhook URL, a Slack incoming webhook or alike).
+    breaker_policy: Mapped[str] = mapped_column(String(8), default="stop", server_default="stop")
+    webhook_url: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class TokenRow(Base):
@@ -207,7 +212,30 @@ def open_database(db: str) -> Engine:
                 f"--db {db!r}: PostgreSQL needs psycopg (pip install 'gpu-arbiter[postgres]'): {e}"
             ) from None
     Base.metadata.create_all(engine)
+    _add_new_columns(engine)
     return engine
+
+
+def _add_new_columns(engine: Engine) -> None:
+    """Add the columns a newer version declares to a database an older one created
+    (`create_all` makes missing tables only). Such a column is nullable or has a server
+    default, so the rows already there stay valid."""
+    tables = inspect(engine)
+    with engine.begin() as conn:
+        for table in Base.metadata.sorted_tables:
+            if not tables.has_table(table.name):
+                continue
+            have = {c["name"] for c in tables.get_columns(table.name)}
+            for column in table.columns:
+                if column.name in have:
+                    continue
+                kind = column.type.compile(dialect=engine.dialect)
+                default = ""
+                if column.server_default is not None:
+                    default = f" DEFAULT '{column.server_default.arg}'"
+                conn.exec_driver_sql(
+                    f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}{default}'
+                )
 
 
 TABLES = Base.metadata.tables

@@ -15,7 +15,11 @@ Telemetry (F4) goes to `ARBITER_URL/v1/jobs/<ARBITER_JOB_ID>/telemetry` with the
 from `ARBITER_JOB_TOKEN`, from a background thread, at most every `report_every_s`; a server
 that cannot be reached never slows down or breaks training. `ARBITER_URL` may list several
 servers, comma-separated (a leader and its standbys): a report that cannot connect goes to the
-next one, and later reports to the one that took it.
+next one, and later reports to the one that took it. A NaN or infinite metric is sent as the
+string "nan", "inf" or "-inf", at once whatever the interval: it is what the server's circuit
+breakers (F5) are there to catch. Each report also carries this process's rank (`RANK`, as
+torchrun sets it, or `SLURM_PROCID`), its node and its step time, so a node whose ranks hold a
+multi-node job back is found (stragglers).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import os
 import pickle
 import queue
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -65,6 +70,9 @@ class Run:
         self.preempt_requested = False
         self._last_save = time.monotonic()
         self._last_report = 0.0
+        self._last_step: float | None = None
+        self.rank = _rank()
+        self.node = _node()
         self._reporter = _Reporter.from_env()
         if handle_sigterm:
             signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -87,9 +95,18 @@ class Run:
             return state
         return default
 
-    def step(self, step: int, state: Any, **metrics: float) -> None:
+    def step(
+        self, step: int, state: Any, step_time_s: float | None = None, **metrics: float
+    ) -> None:
         """Call once per step with the state after it: saves every `every_s`, reports
-        telemetry, and on a preemption notice saves and exits."""
+        telemetry, and on a preemption notice saves and exits. `metrics` are numbers such as
+        `loss` and `grad_norm` (NaN and infinities included). `step_time_s` is this rank's own
+        time for the step, before it waits for the other ranks; without it, the time since the
+        last call is reported."""
+        now = time.monotonic()
+        if step_time_s is None and self._last_step is not None:
+            step_time_s = now - self._last_step
+        self._last_step = now
         if self.preempt_requested:
             self.save(step, state)
             self._report({"event": "preempted", "step": step}, force=True)
@@ -97,7 +114,12 @@ class Run:
             sys.exit(PREEMPTED_EXIT_CODE)
         if time.monotonic() - self._last_save >= self.every_s:
             self.save(step, state)
-        self._report({"event": "progress", "step": step, **_finite(metrics)})
+        values = {k: float(v) for k, v in metrics.items()}
+        report: dict[str, Any] = {"event": "progress", "step": step, **_encode(values)}
+        if step_time_s is not None and step_time_s > 0:
+            report.update(rank=self.rank, node=self.node, step_time_s=step_time_s)
+        broken = not all(math.isfinite(v) for v in values.values())
+        self._report(report, force=broken)
 
     # -- the rest --------------------------------------------------------------------------
 
@@ -158,9 +180,32 @@ class Run:
             self._reporter.send(data)
 
 
-def _finite(metrics: dict[str, float]) -> dict[str, float]:
-    """The API takes finite numbers only; a NaN loss is reported as missing."""
-    return {k: float(v) for k, v in metrics.items() if math.isfinite(float(v))}
+def _encode(metrics: dict[str, float]) -> dict[str, float | str]:
+    """Metrics as the API takes them: JSON has no NaN or infinity, so those go as the strings
+    "nan", "inf" and "-inf" (which is how Python writes them)."""
+    return {k: v if math.isfinite(v) else str(v) for k, v in metrics.items()}
+
+
+def _rank() -> int:
+    env = os.environ
+    for name in ("RANK", "SLURM_PROCID"):
+        value = env.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def _node() -> str:
+    """The node this process runs on, as the control plane names it: Arbiter's name where
+    the executor set one, Slurm's, else the first node of a local allocation, else the host."""
+    env = os.environ
+    for name in ("ARBITER_NODE", "SLURMD_NODENAME"):
+        if env.get(name):
+            return env[name]
+    alloc = env.get("ARBITER_ALLOCATION", "")
+    if alloc:
+        return alloc.split(";")[0].split(":")[0]
+    return socket.gethostname()
 
 
 def _fsync_dir(path: Path) -> None:

@@ -20,7 +20,8 @@ from gpu_arbiter.engine.capacity import POWER_FACTOR
 @dataclass(frozen=True, slots=True)
 class NodeState:
     """One node: `free_mask` has bit g set when GPU g is free (always 0 for a node that is out
-    of service); `state` is the control plane's: up, down (failed) or cordoned."""
+    of service); `state` is the control plane's: up, down (failed), cordoned or degraded
+    (its ranks held a gang back: its jobs run on, it takes no new work)."""
 
     name: str
     rack: str
@@ -186,7 +187,7 @@ def build(c: Copied) -> Snapshot:
         state, reason = "up", ""
         if c.down[n.index]:
             state, reason = c.out_of_service.get(n.name, ("down", ""))
-            state = "cordoned" if state == "cordoned" else "down"
+            state = state if state in ("cordoned", "degraded") else "down"
         nodes.append(
             NodeState(
                 n.name, n.rack, n.gpu_type, n.gpus, n.domain_size, state, reason,

@@ -33,6 +33,7 @@ EVENT_ACTIONS = {
     "node-down": "failure",
     "failed": "failure",
     "node-cordoned": "cordon",
+    "node-degraded": "cordon",  # out of placement: its ranks held a gang back
     "node-up": "recovery",
 }
 QUEUE_LIMIT = 500
@@ -59,7 +60,8 @@ def heatmap_view(snap: Snapshot, viewer: Viewer) -> dict[str, Any]:
     for node in snap.nodes:
         cells = ["0"] * node.gpus
         tiers = [""] * node.gpus
-        if node.state != "up":
+        runs = node.state in ("up", "degraded")  # a degraded node runs its jobs, takes no new
+        if not runs:
             cells = ["x" if node.state == "down" else "c"] * node.gpus
         else:
             for g in range(node.gpus):
@@ -69,7 +71,7 @@ def heatmap_view(snap: Snapshot, viewer: Viewer) -> dict[str, Any]:
         for h in snap.holdings.get(node.name, ()):
             code = "b" if h.borrowed else str(h.tier)
             for g in h.gpus:
-                if node.state == "up" and (cells[g] in "0h" or code < cells[g]):
+                if runs and (cells[g] in "0h" or code < cells[g]):
                     cells[g] = code
                     tiers[g] = str(h.tier)
             mine = viewer.sees(h.team)
@@ -83,6 +85,8 @@ def heatmap_view(snap: Snapshot, viewer: Viewer) -> dict[str, Any]:
                     "gpus": list(h.gpus),
                 }
             )
+        if node.state == "degraded":
+            cells = ["c" if c in "0h" else c for c in cells]  # its free GPUs are out of service
         for c, tier in zip(cells, tiers, strict=True):
             counts[CELLS[c]] += 1
             if tier:
