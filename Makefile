@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test bench bench-traces bench-alibaba lint clean
+.PHONY: setup demo test bench bench-traces bench-gavel bench-alibaba lint clean
 
 $(BIN)/arbiter: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -28,6 +28,10 @@ bench: setup
 GAVEL_MSR ?= ../shared/traces/gavel/traces/msr
 bench-traces: setup
 	$(BIN)/python -m bench.trace_sweep $(GAVEL_MSR)
+
+# The `gavel` baseline beside the real Gavel simulator on msr 2869ce and 0e4a51 (~8 min on 2 cores).
+bench-gavel: setup
+	$(BIN)/python -m bench.gavel_crosscheck --msr $(GAVEL_MSR)
 
 # Every Alibaba v2023 pod list at `arbiter bench`'s setting for it (~10 min on 2 cores).
 ALIBABA_CSV ?= ../shared/traces/alibaba-gpu-v2023/csv

@@ -101,19 +101,6 @@ def test_gavel_replans_every_round_and_swaps_the_least_served_job_in():
     assert other in starts(cycle(sched, ROUND_S + 60.0))
 
 
-def test_gavel_gives_the_fast_type_to_the_job_that_gains_most():
-    c = cluster(
-        {"name": "fast", "nodes": 1, "gpu_type": "H100"},
-        {"name": "slow", "nodes": 1, "gpu_type": "A100"},
-    )
-    sched = Scheduler(c, policy="gavel")
-    sched.submit(job("meh", gpus=8, gpu_types={"H100": 1.0, "A100": 0.9}), 0.0)
-    sched.submit(job("keen", gpus=8, gpu_types={"H100": 1.0, "A100": 0.3}), 0.0)
-    started = starts(cycle(sched, 0.0))
-    assert started["keen"].allocation.gpu_type == "H100"
-    assert started["meh"].allocation.gpu_type == "A100"
-
-
 def test_an_unknown_policy_is_refused_naming_the_choices():
     with pytest.raises(InvalidInput, match="unknown policy 'lottery'.*arbiter"):
         get_policy("lottery")

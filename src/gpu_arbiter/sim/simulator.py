@@ -28,7 +28,7 @@ from gpu_arbiter.domain import (
     Start,
     Team,
 )
-from gpu_arbiter.engine import CycleResult, EngineConfig, Scheduler
+from gpu_arbiter.engine import CycleResult, EngineConfig, Policy, Scheduler
 from gpu_arbiter.metrics import JobRecord, Segment, compute_kpis, timeline
 from gpu_arbiter.sim.economy import EconomyConfig, SimEconomy
 from gpu_arbiter.sim.faults import ReliabilityConfig, SimReliability
@@ -62,7 +62,7 @@ class Simulator:
         self,
         cluster: Cluster,
         teams: Iterable[Team],
-        policy: str,
+        policy: Policy | str,
         workload: Iterable[JobSpec],
         config: SimConfig | None = None,
         on_cycle: Callable[[float, CycleResult], None] | None = None,
@@ -72,7 +72,7 @@ class Simulator:
         self.cfg = config or SimConfig()
         self.on_cycle = on_cycle
         self.cluster = cluster
-        self.policy_name = policy
+        self.policy_name = policy if isinstance(policy, str) else policy.name
         teams = list(teams)
         self.economy = None if self.cfg.economy is None else SimEconomy(teams, self.cfg.economy)
         budget = None if self.economy is None else self.economy.budget_rule
@@ -313,7 +313,7 @@ def _young_collections_only() -> Iterator[None]:
 def simulate(
     cluster: Cluster,
     teams: Iterable[Team],
-    policy: str,
+    policy: Policy | str,
     workload: Iterable[JobSpec],
     config: SimConfig | None = None,
     finished: Callable[[], None] | None = None,
