@@ -81,7 +81,7 @@ def main() -> None:
     parser.add_argument("--settings", default=",".join(SETTINGS), help="gavel, arbiter or both")
     parser.add_argument("--traces", default="2869ce,0e4a51", help="msr traces of seed=0")
     args = parser.parse_args()
-    console = Console()
+    console = Console(width=120)
     rows = []
     for trace in args.traces.split(","):
         for setting in args.settings.split(","):
@@ -109,7 +109,7 @@ def main() -> None:
     console.print(table)
     console.print(
         "jobs: finished (real Gavel counted 1-6 fewer: multi-GPU jobs it dropped as failed); "
-        "unplaced: job-rounds a chosen job found no room on its type (Gavel has no topology)"
+        "unplaced: job-rounds a chosen job found no room to start in (Gavel has no topology)"
     )
     console.print(f"results written to {OUT}")
 

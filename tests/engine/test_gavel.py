@@ -77,6 +77,21 @@ def test_a_round_whose_jobs_all_finished_ends_at_once():
     assert set(starts(cycle(sched, 100.0))) == {"next"}
 
 
+def test_a_job_with_no_room_on_its_chosen_type_takes_gpus_nobody_else_was_chosen_for():
+    """Found by the completion property: the H100 list is filled first, so "big" is chosen for
+    the H100 node, whose rack's power cap can never feed it; it runs on the A100s instead of
+    being chosen for the H100s round after round."""
+    c = cluster(
+        {"name": "fast", "nodes": 1, "gpu_type": "H100", "power_cap_kw": 3},
+        {"name": "slow", "nodes": 1, "gpu_type": "A100"},
+    )
+    sched = Scheduler(c, policy=GavelPolicy(), config=AT_ONCE)
+    sched.submit(job("big", gpus=8, duration=1e5, gpu_types={"H100": 1.0, "A100": 0.9}), 0.0)
+    cycle(sched, 0.0)
+    assert sched.policy.plan == {"big": "H100"}
+    assert types_of(sched, "big") == {"big": "A100"}
+
+
 @pytest.mark.slow
 def test_msr_2869ce_with_every_round_resets_is_within_5_percent_of_the_real_gavel():
     """The real Gavel simulator's mean JCT on this trace (issue 49: c4fa400, 36:36:36, seed 0,

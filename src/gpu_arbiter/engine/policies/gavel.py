@@ -20,8 +20,9 @@ The baseline follows Gavel's own scheduler (github.com/stanford-futuredata/gavel
   jobs of priority 0 fill GPUs nobody else wants.
 - A job chosen for the type it runs on keeps its GPUs; any other running job is suspended: it
   saves its checkpoint as its lease ends and keeps all its progress. The chosen jobs start
-  largest first, on their chosen type only; a job that does not fit there (Gavel has no
-  topology, Arbiter's nodes do) waits for the next round.
+  largest first, on their chosen type; a job that does not fit there (Gavel has no topology,
+  Arbiter's nodes do) may take GPUs of another type that no chosen job waits for, or else
+  waits for the next round.
 
 Gavel ignores tiers and teams.
 """
@@ -65,7 +66,7 @@ class GavelPolicy(Policy):
         self.round: list[Job] = []  # this round's jobs, in the order they start
         self.round_start = 0.0
         self.next_round = 0.0
-        self.unplaced = 0  # chosen jobs that found no room on their type (topology)
+        self.unplaced = 0  # chosen jobs that found no room to start in their round
 
     def group_key(self, job: Job) -> int:
         return 0
@@ -93,8 +94,9 @@ class GavelPolicy(Policy):
     def _account(self, now: float) -> None:
         """Credit the round that ends to the jobs that ran in it and to their types."""
         for job in self.round:
-            t = self.plan[job.id]
-            if job.state == JobState.RUNNING and job.allocation.gpu_type == t:
+            t = self.plan[job.id]  # a finished job counts there (see `candidate_types`)
+            if job.state == JobState.RUNNING:
+                t = job.allocation.gpu_type
                 ran = now - max(self.round_start, job.segment_start)
             elif job.state == JobState.COMPLETED:
                 ran = job.finished_at - max(self.round_start, job.segment_start)
@@ -198,8 +200,20 @@ class GavelPolicy(Policy):
         return (j for j in self.round if j.state == JobState.PENDING)
 
     def candidate_types(self, sched, job: Job) -> list[str]:
+        """The chosen type; then, for a job with no room there (power, topology: Arbiter's
+        nodes are no Gavel workers), the types it runs on whose free GPUs outnumber what the
+        round's other waiting jobs were chosen to take there."""
         planned = self.plan.get(job.id)
-        return [planned] if planned else sched.types_by_speed(job)
+        if not planned:
+            return sched.types_by_speed(job)
+        wanted = dict.fromkeys(sched.types_by_speed(job), job.spec.gpus)
+        for other in self.round:
+            if other.state == JobState.PENDING and other is not job:
+                t = self.plan[other.id]
+                if t in wanted:
+                    wanted[t] += other.spec.gpus
+        free = sched.index.type_free
+        return [planned] + [t for t, n in wanted.items() if t != planned and free[t] >= n]
 
     def next_wakeup(self, sched, now: float) -> float | None:
         if not len(sched.queue) and not sched.running:
