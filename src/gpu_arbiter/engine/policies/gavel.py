@@ -18,6 +18,10 @@ The baseline follows Gavel's own scheduler (github.com/stanford-futuredata/gavel
   deficit, then the larger allocation. Types are filled fastest first, each from its own
   priority list, skipping jobs already placed and jobs that do not fit in what is left, so
   jobs of priority 0 fill GPUs nobody else wants.
+- A job that arrived after the last reset is in no allocation: chosen, it still gets no GPUs,
+  which stay idle for the round (Gavel gives it no workers). A round nobody could be given
+  GPUs in lasts until the next event or until a reset is allowed (Gavel's simulator jumps to
+  the next arrival, which a live scheduler cannot know).
 - A job chosen for the type it runs on keeps its GPUs; any other running job is suspended: it
   saves its checkpoint as its lease ends and keeps all its progress. The chosen jobs start
   largest first, on their chosen type; a job that does not fit there (Gavel has no topology,
