@@ -65,6 +65,9 @@ def test_same_seed_same_result_apart_from_wall_time():
         (("--workload", "synthetic:-3"), "N must be > 0"),
         (("--cluster", "no-such-preset"), "unknown cluster"),
         (("--notice-stop", "-5"), "--notice-stop must be a number of seconds >= 0"),
+        (("--degraded-slowdown", "0.5"), "degraded_slowdown must be >= 1"),
+        (("--degraded-afr", "-1"), "degraded_afr must be >= 0"),
+        (("--straggler-factor", "1"), "factor must be > 1"),
     ],
 )
 def test_bad_input_is_one_line_and_non_zero(args, message):
@@ -121,3 +124,11 @@ def test_simulate_reads_a_trace_with_the_tiers_the_options_ask_for():
     assert out.returncode == 0, out.stderr
     by_tier = {t: v["jobs"] for t, v in json.loads(out.stdout)["jct_by_tier"].items()}
     assert by_tier == {"1": 6, "2": 6, "3": 48}
+
+
+def test_simulate_injects_degraded_nodes_only_when_asked():
+    args = ("simulate", "--workload", "synthetic:150", "--seed", "2", "--json")
+    plain = json.loads(run(*args).stdout)
+    assert "degraded_nodes" not in plain
+    slow = json.loads(run(*args, "--degraded-afr", "50").stdout)
+    assert slow["degraded_nodes"] > 0 and "straggler_slow_gpu_hours" in slow

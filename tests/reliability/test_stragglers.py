@@ -3,7 +3,7 @@
 import pytest
 
 from gpu_arbiter.domain import InvalidInput
-from gpu_arbiter.reliability.stragglers import GangWatch, StragglerConfig
+from gpu_arbiter.reliability.stragglers import GangWatch, StragglerConfig, detect
 
 
 def feed(watch: GangWatch, at: float, times: dict[str, float], ranks: int = 4):
@@ -54,3 +54,10 @@ def test_a_slightly_slower_node_or_a_single_node_job_is_left_alone():
 def test_nonsense_settings_are_refused(bad):
     with pytest.raises(InvalidInput):
         StragglerConfig(**bad)
+
+
+def test_the_simulators_synthetic_gang_is_caught_after_the_window_and_only_when_slow():
+    cfg = StragglerConfig(factor=1.5, window_s=300)
+    found = detect((8, 8, 8), slow=2, slowdown=2.0, interval_s=60, config=cfg, horizon_s=3600)
+    assert found is not None and (found.node, found.since, found.at) == ("2", 0, 300)
+    assert detect((8, 8), 1, 1.1, 60, cfg, 3600) is None  # 10 % slower is within the factor

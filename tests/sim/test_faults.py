@@ -13,7 +13,14 @@ from gpu_arbiter.domain import Cluster, InvalidInput, JobState, Node, Rack, Star
 from gpu_arbiter.domain.presets import small
 from gpu_arbiter.domain.team import default_teams
 from gpu_arbiter.engine import Scheduler
-from gpu_arbiter.reliability import Action, BreakerPolicy, FaultKind, NodeFault
+from gpu_arbiter.reliability import (
+    DEGRADED_KINDS,
+    Action,
+    BreakerPolicy,
+    FailureModel,
+    FaultKind,
+    NodeFault,
+)
 from gpu_arbiter.sim import SimConfig, simulate
 from gpu_arbiter.sim.faults import ReliabilityConfig
 from gpu_arbiter.traces.synthetic import synthetic_teams, synthetic_workload
@@ -239,3 +246,48 @@ def test_simulate_json_reports_failures_mttr_and_breakers():
     assert kpis["goodput"] <= kpis["utilization"]
     off = CliRunner().invoke(app, [*args, "--no-failures"])
     assert json.loads(off.stdout)["failures"] == 0
+
+
+def gang_on_a_degraded_node(**kw) -> dict:
+    """A checkpointed 16-GPU job on n0 and n1 of three 8-GPU nodes; n1's NIC goes slow at
+    1000 s for 20000 s, making the job run at half speed while it stays there."""
+    c = Cluster.build("three", [Node(f"n{i}", "H100", 8, "r0") for i in range(3)], [Rack("r0")])
+    teams = default_teams(c.gpus_by_type(), {"a": 1.0})
+    fault = NodeFault("n1", 1000.0, FaultKind.NIC_DEGRADED, 20_000.0, False)
+    rel = ReliabilityConfig(script=(fault,), failures=False, degraded_slowdown=2.0, **kw)
+    specs = [job("g", gpus=16, duration=10_000, checkpoint_interval_s=600)]
+    res = simulate(c, teams, "arbiter", specs, SimConfig(reliability=rel))
+    return {"kpis": res.kpis, "events": res.events}
+
+
+def test_a_gang_on_a_degraded_node_runs_at_its_slowest_ranks_pace():
+    run = gang_on_a_degraded_node(stragglers=None)  # nobody watches step times
+    k = run["kpis"]
+    # 1000 s at full speed, then the 9000 s left take twice as long.
+    assert k["avg_jct_s"] == pytest.approx(1000 + 2 * 9000)
+    assert k["straggler_slow_gpu_hours"] == pytest.approx(9000 * 16 / 3600)
+    assert (k["degraded_nodes"], k["stragglers_caught"], k["straggler_restarts"]) == (1, 0, 0)
+
+
+def test_the_straggler_watch_catches_the_node_and_the_gang_restarts_without_it():
+    run = gang_on_a_degraded_node()  # the default watch: 1.5x for 300 s
+    k = run["kpis"]
+    assert (k["stragglers_caught"], k["straggler_restarts"]) == (1, 1)
+    caught = [e for e in run["events"] if e["kind"] == "straggler"]
+    assert caught == [{"t": 1300.0, "kind": "straggler", "node": "n1", "jobs": ["g"]}]
+    assert k["straggler_slow_gpu_hours"] == pytest.approx(300 / 2 * 16 / 3600)
+    assert k["avg_jct_s"] < 1000 + 2 * 9000 - 7000  # it moved to n0 and n2 at 1300 s
+
+
+def test_degraded_nodes_are_off_by_default_and_leave_the_failures_as_they_were():
+    c = small()
+    on = FailureModel(3, kinds=DEGRADED_KINDS, gpu_afr=0.0, node_afr=5.0, stream=1)
+    slow = on.schedule(c, 90 * 86_400.0)
+    assert slow and {f.kind for f in slow} == {FaultKind.NIC_DEGRADED}
+    assert not any(f.fatal for f in slow)
+    base = FailureModel(3).schedule(c, 365 * 86_400.0)
+    assert FailureModel(3, stream=0).schedule(c, 365 * 86_400.0) == base
+    assert ReliabilityConfig().degraded_afr == 0
+    specs = [job("j", gpus=8, duration=1000)]
+    k = simulate(c, default_teams(c.gpus_by_type(), {"a": 1.0}), "arbiter", specs).kpis
+    assert "degraded_nodes" not in k

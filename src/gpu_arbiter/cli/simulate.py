@@ -6,6 +6,7 @@ DIR/usage.json, so `arbiter bill --from-sim DIR` can bill it afterwards.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -41,6 +42,7 @@ from gpu_arbiter.domain import InvalidInput
 from gpu_arbiter.economy import BudgetPolicy
 from gpu_arbiter.engine import get_policy
 from gpu_arbiter.reliability import Action, BreakerPolicy
+from gpu_arbiter.reliability.stragglers import StragglerConfig
 from gpu_arbiter.sim import EconomyConfig, SimConfig, SimResult
 from gpu_arbiter.sim import simulate as run_simulation
 from gpu_arbiter.sim.faults import ReliabilityConfig
@@ -79,6 +81,31 @@ def simulate(
     ] = True,
     afr: Annotated[float, typer.Option(help="Annual failure rate per GPU (F3).")] = 0.04,
     spares: Annotated[int, typer.Option(help="Hot spare nodes per GPU type (F2).")] = 0,
+    degraded_afr: Annotated[
+        float,
+        typer.Option(
+            "--degraded-afr",
+            help="Degraded-node episodes (a slow NIC: multi-node jobs on it crawl) per node "
+            "and year; 0, the default, injects none.",
+        ),
+    ] = 0.0,
+    degraded_slowdown: Annotated[
+        float,
+        typer.Option(help="How many times slower a gang runs on a degraded node."),
+    ] = 2.0,
+    straggler_watch: Annotated[
+        bool,
+        typer.Option(
+            help="Catch degraded nodes by their ranks' step times (--no-straggler-watch: "
+            "they are found only when repaired)."
+        ),
+    ] = True,
+    straggler_factor: Annotated[
+        float, typer.Option(help="A node this many times slower than the gang is a straggler.")
+    ] = 1.5,
+    straggler_window: Annotated[
+        float, typer.Option(help="Seconds a node must stay that slow to be caught.")
+    ] = 300.0,
     breakers: Annotated[
         str, typer.Option(help="Circuit breakers (F5): stop, flag or off.")
     ] = "stop",
@@ -115,7 +142,14 @@ def simulate(
     config = SimConfig(
         engine=engine,
         economy=EconomyConfig(budget=BudgetPolicy(period_s=budget_period_days * 86_400.0)),
-        reliability=reliability_config(seed, failures, afr, spares, breakers),
+        reliability=dataclasses.replace(
+            reliability_config(seed, failures, afr, spares, breakers),
+            degraded_afr=degraded_afr,
+            degraded_slowdown=degraded_slowdown,
+            stragglers=StragglerConfig(straggler_factor, straggler_window)
+            if straggler_watch
+            else None,
+        ),
     )
     with progress_on_tty(len(inputs.jobs)) as finished:
         result = run_simulation(inputs.cluster, teams, policy, inputs.jobs, config, finished)
@@ -189,6 +223,17 @@ def kpi_table(kpis: dict) -> Table:
         ("failures / MTTR", f"{kpis['failures']} / {_dur(kpis['mttr_s'])}"),
         ("lost GPU-hours", f"{kpis['lost_gpu_hours']:.1f}"),
         ("breaker trips", str(kpis["breaker_trips"])),
+        *(
+            (
+                (
+                    "degraded nodes / caught",
+                    f"{kpis['degraded_nodes']} / {kpis['stragglers_caught']}",
+                ),
+                ("GPU-hours slowed by stragglers", f"{kpis['straggler_slow_gpu_hours']:.1f}"),
+            )
+            if "degraded_nodes" in kpis
+            else ()
+        ),
         ("preemptions", str(kpis["preemptions"])),
         ("tier-1 preempted", str(kpis["tier1_preempted"])),
         ("fragmentation", f"{kpis['fragmentation']:.1%}"),

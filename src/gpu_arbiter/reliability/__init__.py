@@ -21,6 +21,7 @@ from gpu_arbiter.reliability.breakers import (
 from gpu_arbiter.reliability.checkpoint import LostWork, RunSegment, SparePool
 from gpu_arbiter.reliability.failures import (
     DEFAULT_KINDS,
+    DEGRADED_KINDS,
     FailureModel,
     FaultKind,
     FaultKindSpec,
@@ -39,6 +40,7 @@ from gpu_arbiter.reliability.pathologies import Pathology, detect, telemetry_str
 
 __all__ = [
     "DEFAULT_KINDS",
+    "DEGRADED_KINDS",
     "FATAL_XIDS",
     "Action",
     "Breaker",

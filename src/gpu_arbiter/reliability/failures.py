@@ -15,6 +15,10 @@ range. Faults are generated per 30-day window: the number of each kind by one Po
 times uniform in the window and nodes drawn by weight. That costs a few numpy calls per window,
 whatever the cluster size, and makes a schedule for a longer horizon extend a shorter one (the
 same seed gives the same faults in the first 30 days whatever the horizon).
+
+Degraded nodes (`DEGRADED_KINDS`, a NIC or link that still works but slowly) come from a model
+of their own, with its own `stream` of random numbers, so turning them on leaves the faults
+above exactly as they were.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ class FaultKind(StrEnum):
     NVLINK_DOWN = "nvlink_down"  # NVLink / NVSwitch failure: node reboot, fabric manager restart
     HOST_CRASH = "host_crash"  # kernel panic, PSU, NIC, agent death: heartbeats stop
     THERMAL_THROTTLE = "thermal_throttle"  # cooling trouble: GPUs clock down, node keeps running
+    NIC_DEGRADED = "nic_degraded"  # a slow NIC or link: the node runs, its gangs crawl
 
 
 class FaultScope(StrEnum):
@@ -84,6 +89,15 @@ DEFAULT_KINDS: tuple[FaultKindSpec, ...] = (
 )
 
 
+# A degraded NIC or link is not fatal: the node keeps running and nobody notices until its
+# ranks are seen to hold gangs back. It lasts until someone looks: hours to two days.
+DEGRADED_KINDS: tuple[FaultKindSpec, ...] = (
+    FaultKindSpec(
+        FaultKind.NIC_DEGRADED, FaultScope.NODE, 1.0, 4 * 3600.0, 48 * 3600.0, fatal=False
+    ),
+)
+
+
 @dataclass(frozen=True, slots=True)
 class NodeFault:
     """A fault of `kind` on `node` at `at` (seconds), repaired `repair_s` later."""
@@ -116,7 +130,10 @@ class FailureModel:
         gpu_afr: float = 0.04,
         node_afr: float = 0.05,
         kinds: Sequence[FaultKindSpec] = DEFAULT_KINDS,
+        stream: int = 0,
     ) -> None:
+        """`stream` picks an independent sequence of random numbers for the same seed (a
+        second model beside the first, e.g. degraded nodes beside failures)."""
         if seed < 0:
             raise InvalidInput(f"failure model: seed must be >= 0, got {seed}")
         for name, afr in (("gpu_afr", gpu_afr), ("node_afr", node_afr)):
@@ -134,6 +151,7 @@ class FailureModel:
         self.gpu_afr = gpu_afr
         self.node_afr = node_afr
         self.kinds = tuple(kinds)
+        self.stream = stream
 
     def annual_rates(self, cluster: Cluster) -> dict[FaultKind, float]:
         """Expected faults per year on `cluster`, by kind."""
@@ -188,7 +206,8 @@ class FailureModel:
         per_window: list[float],
     ) -> list[NodeFault]:
         """The faults of one window, drawn from a generator seeded by (seed, window)."""
-        rng = np.random.default_rng([self.seed, window])
+        key = [self.seed, window] if not self.stream else [self.seed, window, self.stream]
+        rng = np.random.default_rng(key)
         t0 = window * WINDOW_S
         times, nodes, repairs, kind_ids = [], [], [], []
         for i, (spec, lam) in enumerate(zip(self.kinds, per_window, strict=True)):

@@ -8,13 +8,18 @@ latest step times stays above `factor` times the median of the ranks on the *oth
 median it is compared with (in a two-node gang it would be half of it).
 
 Each node of a job is reported at most once per run of the job (`GangWatch` is per run).
+The control plane feeds it the step times live jobs report; the simulator feeds it a seeded
+synthetic stream (`detect`) to learn when a degraded node would be caught.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from gpu_arbiter.domain import InvalidInput
 
@@ -83,3 +88,31 @@ class GangWatch:
                 self._reported.add(n)
                 found = Straggler(self.job_id, n, since, at, ratio, self.cfg.factor)
         return found
+
+
+def detect(
+    ranks_by_node: Sequence[int],
+    slow: int,
+    slowdown: float,
+    interval_s: float,
+    config: StragglerConfig,
+    horizon_s: float,
+    seed: int = 0,
+) -> Straggler | None:
+    """The first straggler a `GangWatch` finds in a gang with `ranks_by_node[i]` ranks on node
+    `i`, each reporting every `interval_s` for up to `horizon_s`: a healthy rank's step takes
+    1 s give or take 5 % (lognormal), a rank on node `slow` takes `slowdown` times as long.
+    Times are seconds from the first report; nodes are named by their position."""
+    if not (interval_s > 0 and math.isfinite(interval_s)):
+        raise InvalidInput(f"stragglers: interval_s must be > 0, got {interval_s}")
+    rng = np.random.default_rng(seed)
+    watch = GangWatch("synthetic", config)
+    ranks = [(str(n), r) for n, count in enumerate(ranks_by_node) for r in range(count)]
+    pace = np.array([slowdown if n == str(slow) else 1.0 for n, _ in ranks])
+    for i in range(int(horizon_s // interval_s) + 1):
+        times = pace * rng.lognormal(0.0, 0.05, len(ranks))
+        for k, (node, _) in enumerate(ranks):
+            found = watch.observe(i * interval_s, k, node, float(times[k]))
+            if found is not None:
+                return found
+    return None

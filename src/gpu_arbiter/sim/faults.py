@@ -14,11 +14,21 @@ exactly:
 * a job given a pathology (`JobSpec.pathology`) gets a telemetry stream from
   `reliability.telemetry_stream`; when it starts, the breakers are run over that stream and
   the first detection becomes one trip event. A team whose policy is STOP has the job stopped
-  and its GPUs released; the GPU time it would still have burned is *saved by the breaker*.
+  and its GPUs released; the GPU time it would still have burned is *saved by the breaker*;
+* degraded nodes (`degraded_afr` > 0; off by default, so results stay comparable): a node whose
+  NIC went slow keeps running, but every multi-node job on it runs `degraded_slowdown` times
+  slower (its slowest rank sets the pace) until the straggler watch catches the node
+  (`reliability.stragglers.detect`, the same watch the control plane runs on live reports) or
+  the node is repaired. A caught node is drained (no new work) and its multi-node jobs restart
+  from their checkpoints at once; unlike the live service, which restarts them once healthy
+  GPUs are free, they then wait in the queue. The slow stretch is modelled as a stall followed
+  by full speed, which gives the same progress and end; its GPU time is held but not useful,
+  so it shows in goodput, and as `straggler_slow_gpu_hours`.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import zlib
 from collections.abc import Callable, Iterator, Mapping
@@ -28,17 +38,21 @@ from functools import lru_cache
 from gpu_arbiter.domain import Cluster, InvalidInput, Job, JobState
 from gpu_arbiter.engine import Scheduler
 from gpu_arbiter.reliability import (
+    DEGRADED_KINDS,
     Action,
     BreakerConfig,
     BreakerPolicy,
     Detection,
     FailureModel,
+    FaultKind,
     MttrTracker,
     NodeFault,
     Pathology,
     SparePool,
     detect,
 )
+from gpu_arbiter.reliability.stragglers import StragglerConfig
+from gpu_arbiter.reliability.stragglers import detect as detect_straggler
 
 # Pushes an event onto the simulator's heap: (time, kind, key, version).
 Push = Callable[[float, int, str, int], None]
@@ -61,11 +75,22 @@ class ReliabilityConfig:
     team_breakers: Mapping[str, BreakerPolicy] = field(default_factory=dict)
     telemetry_interval_s: float = 60.0
     script: tuple[NodeFault, ...] | None = None
+    # Degraded nodes: episodes per node-year (0: none), how much slower a gang on one runs, and
+    # the straggler watch that catches them (None: never caught, until the repair).
+    degraded_afr: float = 0.0
+    degraded_slowdown: float = 2.0
+    stragglers: StragglerConfig | None = field(default_factory=StragglerConfig)
 
     def __post_init__(self) -> None:
         if self.spares_per_type < 0:
             raise InvalidInput(
                 f"reliability: spares_per_type must be >= 0, got {self.spares_per_type}"
+            )
+        if not (self.degraded_afr >= 0 and math.isfinite(self.degraded_afr)):
+            raise InvalidInput(f"reliability: degraded_afr must be >= 0, got {self.degraded_afr}")
+        if not (self.degraded_slowdown >= 1 and math.isfinite(self.degraded_slowdown)):
+            raise InvalidInput(
+                f"reliability: degraded_slowdown must be >= 1, got {self.degraded_slowdown}"
             )
         if not (self.telemetry_interval_s > 0 and math.isfinite(self.telemetry_interval_s)):
             raise InvalidInput(
@@ -90,6 +115,17 @@ class SimReliability:
         elif cfg.failures:
             model = FailureModel(cfg.seed, cfg.gpu_afr, cfg.node_afr)
             self._faults = model.iter_faults(cluster)
+        if cfg.script is None and cfg.degraded_afr > 0:
+            slow = FailureModel(cfg.seed, 0.0, cfg.degraded_afr, DEGRADED_KINDS, stream=1)
+            streams = [f for f in (self._faults, slow.iter_faults(cluster)) if f is not None]
+            self._faults = heapq.merge(*streams, key=lambda f: (f.at, f.node))
+        self._degraded: dict[str, float] = {}  # degraded node -> its repair time
+        self._slowed: list[str] = []  # jobs whose pace changed: their ends move
+        self._slowed_run: dict[str, int] = {}  # the run of each job that was slowed
+        self.degraded = 0
+        self.stragglers = 0
+        self.straggler_restarts = 0
+        self.slow_gpu_s = 0.0
         self._next: NodeFault | None = None
         self._down_until: dict[str, float] = {}
         self.node_mttr = MttrTracker()
@@ -118,13 +154,18 @@ class SimReliability:
             return
         push(self._next.at, kind, self._next.node, 0)
 
-    def fault(self, now: float, push: Push, repair_kind: int) -> list[str]:
+    def fault(
+        self, now: float, push: Push, repair_kind: int, straggler_kind: int = -1
+    ) -> list[str]:
         """The pending fault fires (a fatal one schedules its repair); returns the ids of the
         jobs it stopped."""
         fault = self._next
         assert fault is not None
         self._next = None
         self.faults += 1
+        if fault.kind is FaultKind.NIC_DEGRADED:
+            self._degrade(fault, now, push, repair_kind, straggler_kind)
+            return []
         if not fault.fatal:
             self.events.append(
                 {"t": now, "kind": "fault", "node": fault.node, "fault": fault.kind.value}
@@ -158,6 +199,12 @@ class SimReliability:
 
     def repaired(self, node: str, now: float) -> bool:
         """A repair event fires; the node comes back unless a later fault keeps it down."""
+        if now >= self._degraded.get(node, math.inf):
+            del self._degraded[node]
+            index = self.sched.cluster.node(node).index
+            if index in self.sched.drained:
+                self.sched.node_up(node, now)
+                return True
         if now < self._down_until.get(node, math.inf):
             return False
         del self._down_until[node]
@@ -165,11 +212,16 @@ class SimReliability:
         self.node_mttr.recovered(node, now)
         return True
 
-    def started(self, job: Job, now: float, push: Push, kind: int) -> None:
+    def started(
+        self, job: Job, now: float, push: Push, kind: int, straggler_kind: int = -1
+    ) -> None:
         """A Start decision was applied: a displaced job has recovered, and a pathological job
         gets its breaker trip scheduled for this run."""
         self.job_recovery.recovered(job.id, max(now, job.stalled_until))
         run = self._run[job.id] = self._run.get(job.id, 0) + 1
+        for name in self._slow_nodes(job):
+            self._slow(job, name, now, push, straggler_kind)
+            break
         policy = self._policy(job.team)
         spec = job.spec
         if spec.pathology is None or policy is None or job.rate <= 0:
@@ -205,10 +257,109 @@ class SimReliability:
         self.trips_stopped += 1
         return True
 
+    def take_slowed(self) -> list[str]:
+        """The jobs whose pace changed since the last call (the driver moves their ends)."""
+        slowed, self._slowed = self._slowed, []
+        return slowed
+
+    def _degrade(
+        self, fault: NodeFault, now: float, push: Push, repair_kind: int, straggler_kind: int
+    ) -> None:
+        """A node's NIC went slow: every multi-node job on it slows down from now."""
+        self.degraded += 1
+        until = max(self._degraded.get(fault.node, 0.0), fault.repaired_at)
+        self._degraded[fault.node] = until
+        push(until, repair_kind, fault.node, 0)
+        self.events.append({"t": now, "kind": "degraded", "node": fault.node})
+        node = self.sched.cluster.node(fault.node).index
+        for job_id in sorted(self.sched.node_jobs[node]):
+            job = self.sched.jobs[job_id]
+            if len(job.allocation.nodes) > 1:
+                self._slow(job, fault.node, now, push, straggler_kind)
+
+    def _slow_nodes(self, job: Job) -> list[str]:
+        """The degraded nodes, not yet caught, that a multi-node job runs on."""
+        if not self._degraded or job.allocation is None or len(job.allocation.nodes) < 2:
+            return []
+        names = (self.sched.cluster.nodes[n].name for n in job.allocation.nodes)
+        return [n for n in names if n in self._degraded]
+
+    def _slow(self, job: Job, node: str, now: float, push: Push, kind: int) -> None:
+        """The job runs at 1/slowdown pace from `now` until its node is caught (an event is
+        pushed for then), repaired, or the job is done, whichever comes first."""
+        cfg = self.cfg
+        s = cfg.degraded_slowdown
+        run = self._run.get(job.id, 0)
+        if s <= 1 or job.rate <= 0 or job.preempting or self._slowed_run.get(job.id) == run:
+            return  # a run is slowed once, by the first degraded node it meets (a job on
+            # its way out is left to stop)
+        self._slowed_run[job.id] = run
+        until = self._degraded[node]
+        if cfg.stragglers is not None:
+            slots = job.allocation.slots
+            found = detect_straggler(
+                tuple(len(g) for _, g in slots),
+                [self.sched.cluster.nodes[n].name for n, _ in slots].index(node),
+                s,
+                cfg.telemetry_interval_s,
+                cfg.stragglers,
+                until - now,
+            )
+            if found is not None:
+                until = now + found.at
+                push(until, kind, job.id, run)
+        start = max(now, job.stalled_until)
+        left = (job.spec.duration_s - job.progress_at(now)) / job.rate
+        slow_s = min(max(0.0, until - start), left * s)
+        stall = slow_s * (1 - 1 / s)
+        if stall <= 0:
+            return
+        # A new segment from now whose first `stall` seconds make no progress: the same
+        # progress and end as running slow for `slow_s`. Checkpoints taken so far stay.
+        job.advance(now)
+        kept = job.saved_progress(now)
+        end = job.expected_end_at  # the engine's backfill books keep the user's estimate
+        job.close_segment(job.progress_s)
+        job.checkpoint_s = kept
+        job.begin_segment(now, max(0.0, job.stalled_until - now) + stall)
+        job.expected_end_at = end
+        self.slow_gpu_s += stall * job.gpu_share
+        self._slowed.append(job.id)
+
+    def straggler(self, job_id: str, run: int, now: float) -> list[str]:
+        """The straggler watch catches the degraded node the job runs on: the node is drained
+        and its multi-node jobs restart from their checkpoints; returns their ids."""
+        job = self.sched.jobs[job_id]
+        if job.state != JobState.RUNNING or self._run.get(job_id) != run:
+            return []
+        caught = self._slow_nodes(job)
+        if not caught:
+            return []
+        name = caught[0]
+        node = self.sched.cluster.node(name).index
+        self.stragglers += 1
+        self.sched.drain(name)
+        on_node = sorted(self.sched.node_jobs[node])
+        moved = [j for j in on_node if len(self.sched.jobs[j].allocation.nodes) > 1]
+        for j in moved:
+            self.sched.restart(j, now)
+        self.straggler_restarts += len(moved)
+        self.events.append({"t": now, "kind": "straggler", "node": name, "jobs": moved})
+        return moved
+
     def kpis(self) -> dict:
         mttr = self.node_mttr.mttr_s
         recovery = self.job_recovery.mttr_s
+        degraded = {}
+        if self.cfg.degraded_afr > 0 or self.degraded:
+            degraded = {
+                "degraded_nodes": self.degraded,
+                "stragglers_caught": self.stragglers,
+                "straggler_restarts": self.straggler_restarts,
+                "straggler_slow_gpu_hours": self.slow_gpu_s / 3600,
+            }
         return {
+            **degraded,
             "faults": self.faults,
             "failures": self.failures,
             "mttr_s": mttr if mttr is not None else 0.0,

@@ -34,7 +34,7 @@ from gpu_arbiter.sim.economy import EconomyConfig, SimEconomy
 from gpu_arbiter.sim.faults import ReliabilityConfig, SimReliability
 from gpu_arbiter.sim.inference import InferenceStats
 
-ARRIVAL, FINISH, STOP, WAKEUP, FAULT, REPAIR, TRIP = 0, 1, 2, 3, 4, 5, 6
+ARRIVAL, FINISH, STOP, WAKEUP, FAULT, REPAIR, TRIP, STRAGGLER = 0, 1, 2, 3, 4, 5, 6, 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,13 +146,19 @@ class Simulator:
                     wakeup_at = math.inf
                     changed = True
                 elif kind == FAULT:
-                    for stopped in rel.fault(now, self._push, REPAIR):
+                    for stopped in rel.fault(now, self._push, REPAIR, STRAGGLER):
                         self._close(self.sched.jobs[stopped], now)
                         self._bump(stopped)
+                    self._reschedule(rel.take_slowed(), now)
                     rel.push_next_fault(self._push, FAULT)
                     changed = True
                 elif kind == REPAIR:
                     changed = rel.repaired(job_id, now) or changed
+                elif kind == STRAGGLER:
+                    for moved in rel.straggler(job_id, version, now):
+                        self._close(self.sched.jobs[moved], now)
+                        self._bump(moved)
+                        changed = True
                 elif kind == TRIP and rel.trip(job_id, version, now):
                     self._close(self.sched.jobs[job_id], now)
                     self._bump(job_id)
@@ -187,7 +193,8 @@ class Simulator:
                     self._open(job, now)
                     self._schedule_finish(job, now)
                     if isinstance(d, Start) and self.reliability is not None:
-                        self.reliability.started(job, now, self._push, TRIP)
+                        self.reliability.started(job, now, self._push, TRIP, STRAGGLER)
+                        self._reschedule(self.reliability.take_slowed(), now)
             elif isinstance(d, Preempt):
                 if job.tier == 1:  # the tier it runs at: admission or E3 may lower it
                     self.tier1_preempted += 1
@@ -207,6 +214,11 @@ class Simulator:
     def _all_done(self) -> bool:
         s = self.sched
         return len(s.jobs) == len(self.specs) and not (s.running or len(s.queue) or s.holds)
+
+    def _reschedule(self, job_ids: list[str], now: float) -> None:
+        """Running jobs whose pace changed (a degraded node): their completions move."""
+        for job_id in job_ids:
+            self._schedule_finish(self.sched.jobs[job_id], now)
 
     def _schedule_finish(self, job: Job, now: float) -> None:
         self._push(self._finish_time(job, now), FINISH, job.id, self._bump(job.id))
