@@ -3,7 +3,7 @@ the choice of a slower GPU type (S7, F2, E3)."""
 
 import pytest
 
-from gpu_arbiter.domain import InvalidInput, JobState, Team, Tier
+from gpu_arbiter.domain import Allocation, InvalidInput, JobState, Team, Tier
 from gpu_arbiter.domain.presets import small
 from gpu_arbiter.engine import EngineConfig, Scheduler
 from tests.conftest import job
@@ -221,3 +221,30 @@ def test_restart_queues_a_running_job_again_from_its_checkpoint():
     assert 0 < kept < progress
     sched.restart("a", 250.0)
     assert (a.state, a.restarts, a.progress_s) == (JobState.PENDING, 1, kept)
+
+
+def test_an_adopted_job_runs_on_its_gpus_without_a_start_decision():
+    sched = Scheduler(mixed())
+    a = sched.submit(job("a", gpus=2, gpu_types={"H100": 1.0}), 0.0)
+    sched.adopt(a, Allocation("H100", ((0, (2, 3)),)), 0.0)
+    assert a.state == JobState.RUNNING and sched.index.type_free["H100"] == 6
+    b = sched.submit(job("b", gpus=1, gpu_types={"H100": 1.0}), 0.0)
+    with pytest.raises(InvalidInput, match=r"GPUs \(3,\) of node 0 are not free"):
+        sched.adopt(b, Allocation("H100", ((0, (3,)),)), 0.0)
+    assert b.state == JobState.PENDING
+    assert list(starts(cycle(sched, 1.0))) == ["b"]  # and nothing for the adopted job
+
+
+def test_moved_gpus_are_booked_only_where_they_are_free():
+    sched = Scheduler(mixed())
+    sched.submit(job("a", gpus=2, gpu_types={"H100": 1.0}), 0.0)
+    sched.submit(job("b", gpus=2, gpu_types={"H100": 1.0}), 0.0)
+    cycle(sched, 0.0)
+    a, b = sched.jobs["a"].allocation, sched.jobs["b"].allocation
+    assert not sched.move_gpus("a", b)  # b holds them: nothing changes
+    assert sched.jobs["a"].allocation is a
+    free = [g for g in range(8) if not any(g in gs for _, gs in a.slots + b.slots)][:2]
+    moved = Allocation("H100", ((a.slots[0][0], tuple(free)),))
+    assert sched.move_gpus("a", moved)
+    assert sched.jobs["a"].allocation == moved
+    assert sched.index.free_mask[0] & sum(1 << g for g in free) == 0

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from gpu_arbiter.control.live import LiveScheduler
 from gpu_arbiter.domain import Cluster, JobSpec, Node, Rack, Team, Tier
 from gpu_arbiter.economy import Budgets, ChargeModel, Ledger
+from gpu_arbiter.engine import Scheduler
 from gpu_arbiter.web.snapshot import Holding, NodeState, Snapshot
 
 
@@ -37,7 +37,7 @@ def loop_over(nodes: int, jobs: list[JobSpec], racks: int = 1) -> SimpleNamespac
         [Rack(f"r{r}", power_cap_w=1e6) for r in range(racks)],
     )
     teams = {"a": Team("a", 1.0, {"H100": 8}), "b": Team("b", 1.0, {})}
-    sched = LiveScheduler(cluster, teams.values())
+    sched = Scheduler(cluster, teams.values())
     for spec in jobs:
         sched.submit(spec, 0.0)
     sched.cycle(1.0)

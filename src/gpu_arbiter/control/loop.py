@@ -43,7 +43,6 @@ from sqlalchemy.engine import Connection, Engine
 from gpu_arbiter.backends.base import Backend, Placement
 from gpu_arbiter.control.auth import Authenticator, Forbidden, Principal, hash_token, new_token
 from gpu_arbiter.control.errors import Conflict, NotFound, Unavailable
-from gpu_arbiter.control.live import LiveScheduler
 from gpu_arbiter.control.metrics import Metrics
 from gpu_arbiter.control.notify import Webhooks
 from gpu_arbiter.control.reconcile import reconcile
@@ -88,7 +87,7 @@ from gpu_arbiter.economy import (
     is_preemptible,
 )
 from gpu_arbiter.economy.chargeback import LOST_WORK, RERUN
-from gpu_arbiter.engine import EngineConfig
+from gpu_arbiter.engine import EngineConfig, Scheduler
 from gpu_arbiter.reliability import Action, Trip
 from gpu_arbiter.reliability.health import HealthMonitor, HealthReport
 from gpu_arbiter.reliability.stragglers import Straggler, StragglerConfig
@@ -203,7 +202,7 @@ class ControlLoop:
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._last_now = 0.0
-        self.sched: LiveScheduler | None = None
+        self.sched: Scheduler | None = None
         self.live: dict[str, _Live] = {}
         self.segs: dict[str, _Segment] = {}
         self.keys: dict[tuple[str, str], tuple[str, str | None]] = {}
@@ -598,7 +597,7 @@ class ControlLoop:
             )
             self.watch.replay(job_id, job.team, ((r.at, r.data) for r in rows))
 
-    def _new_engine(self) -> LiveScheduler | None:
+    def _new_engine(self) -> Scheduler | None:
         if not self.nodes:
             return None
         racks = sorted({n["rack"] for n in self.nodes.values()})
@@ -608,7 +607,7 @@ class ControlLoop:
             [Rack(r) for r in racks],
         )
         config = EngineConfig(tier2_grace_s=self.cfg.tier2_grace_s, restart_overhead_s=0.0)
-        return LiveScheduler(
+        return Scheduler(
             cluster, self.teams.values(), self.cfg.policy, config, budget=self._budget_rule
         )
 

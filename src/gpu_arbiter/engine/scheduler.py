@@ -121,6 +121,9 @@ class Scheduler(
         self.holds: dict[str, Hold] = {}
         self.hold_of: dict[str, str] = {}  # victim id -> id of the job holding GPUs for it
         self.pending_stops: dict[str, Preempt] = {}
+        # Jobs that reported a checkpoint through a live driver's SDK: they keep checkpoints even
+        # without a declared interval, so a failure does not demote them (E3).
+        self.sdk_checkpoints: set[str] = set()
         self._decisions: list[Decision] = []
         self._ctx = CycleContext()  # the cycle in progress (or the last one)
         # Incremental cycles (see `_fresh_order`): whether capacity was freed since the last
@@ -191,6 +194,16 @@ class Scheduler(
         self._fresh.append(job)
         return job
 
+    def resubmit(self, spec, submitted_at: float, tier: Tier) -> Job:
+        """Queue a job a live driver knows from its database at the tier it last ran at (a
+        failure or a budget may have lowered it since it was submitted)."""
+        job = self.submit(spec, submitted_at)
+        if job.tier != tier:
+            self.queue.remove(job)
+            job.tier = Tier(tier)
+            self.queue.add(job)
+        return job
+
     def finished(self, job_id: str, now: float) -> Job:
         job = self._running(job_id)
         job.advance(now)
@@ -259,8 +272,27 @@ class Scheduler(
 
     def checkpoints(self, job: Job) -> bool:
         """Whether the job keeps checkpoints, so a failure costs it only the work since the
-        last one and does not demote it (E3): here, when it asked for periodic ones."""
-        return job.spec.checkpoint_interval_s is not None
+        last one and does not demote it (E3): when it asked for periodic ones, or reported one
+        (`sdk_checkpoints`)."""
+        return job.spec.checkpoint_interval_s is not None or job.id in self.sdk_checkpoints
+
+    def lost(self, job_id: str, now: float) -> Job:
+        """A running job's node failed under it, and the executor said so for the job (Slurm's
+        NODE_FAIL) before or without the node being seen down: the same as `node_down` does
+        for each job of a failed node — a restart, requeued with what its checkpoint kept,
+        demoted only without checkpoints (E3), on a hot spare first when one is held (F2)."""
+        job = self._running(job_id)
+        self.pending_stops.pop(job_id, None)
+        demote = (
+            self.cfg.demote_after_uncheckpointed_failure
+            and not self.checkpoints(job)
+            and job.tier < Tier.EXPLORATORY
+        )
+        job.restarts += 1
+        self._stop(job, now, keep_all=False, demote=demote)
+        self._victim_gone(job_id, now)
+        self._restart_on_spares([job], now)
+        return job
 
     def reserve_spares(self, names: Iterable[str]) -> None:
         """Hold these (wholly free) nodes back as hot spares (F2, see `engine.spares`)."""

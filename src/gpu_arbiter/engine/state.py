@@ -35,7 +35,9 @@ class EngineState:
             raise InvalidInput(f"job {job_id!r} is not running")
         return job
 
-    def _start(self, job: Job, alloc: Allocation, now: float) -> None:
+    def _start(self, job: Job, alloc: Allocation, now: float, decide: bool = True) -> None:
+        """Run the job on `alloc` from `now`; `decide`: record the Start decision (an adopted
+        job already runs)."""
         t = alloc.gpu_type
         w = self._watts(job, t)
         milli = job.spec.gpu_milli
@@ -72,7 +74,50 @@ class EngineState:
         self.queue.remove(job)
         self._blocked.pop(job.id, None)
         self._rebalance(job.team, t, changed)
-        self._decisions.append(Start(job.id, alloc, job.borrowed))
+        if decide:
+            self._decisions.append(Start(job.id, alloc, job.borrowed))
+
+    def adopt(self, job: Job, allocation: Allocation, started_at: float) -> None:
+        """Mark a queued job running on exactly `allocation` without a Start decision: a live
+        driver that restarts (or rebuilds its engine) finds jobs already running on known GPUs.
+        Refuses GPUs that are unknown, down or already taken."""
+        if job.state != JobState.PENDING:
+            raise InvalidInput(f"job {job.id!r} is {job.state.value}, not pending")
+        for node, gpus in allocation.slots:
+            if not 0 <= node < len(self.cluster.nodes) or self.index.down[node]:
+                raise InvalidInput(f"job {job.id!r}: node {node} is unknown or down")
+            mask = gpus_to_mask(gpus)
+            if self.index.free_mask[node] & mask != mask:
+                raise InvalidInput(f"job {job.id!r}: GPUs {gpus} of node {node} are not free")
+            if allocation.gpu_type != self.cluster.nodes[node].gpu_type:
+                raise InvalidInput(f"job {job.id!r}: node {node} has no {allocation.gpu_type}")
+        self._start(job, allocation, started_at, decide=False)
+
+    def move_gpus(self, job_id: str, allocation: Allocation) -> bool:
+        """Record that a running job holds other GPU indices on the same nodes, in the same
+        counts, than the engine chose: an executor such as Slurm picks the indices itself.
+        Returns False, changing nothing, when the new GPUs are not free in the engine's books
+        (or the nodes or counts differ), so the books never double-book a GPU."""
+        job = self.running.get(job_id)
+        old = job.allocation if job is not None else None
+        if job is None or old is None or job.spec.gpu_milli < MILLI:
+            return False
+        counts = {n: len(g) for n, g in allocation.slots}
+        if old.gpu_type != allocation.gpu_type or {n: len(g) for n, g in old.slots} != counts:
+            return False
+        if any(self.index.down[n] for n in counts):
+            return False
+        w = self._watts(job)
+        for node, gpus in old.slots:
+            self.index.give(node, gpus_to_mask(gpus), w)
+        new = [(node, gpus_to_mask(gpus)) for node, gpus in allocation.slots]
+        fits = all(self.index.free_mask[node] & mask == mask for node, mask in new)
+        for node, mask in new if fits else [(n, gpus_to_mask(g)) for n, g in old.slots]:
+            self.index.take(node, mask, w)
+        if fits:
+            job.allocation = allocation
+            self._changed(allocation.gpu_type, freed=True)  # for the engine's search caches
+        return fits
 
     def _release(self, job: Job) -> None:
         self._dirty = True
