@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from tests.control.harness import Cluster, start_server, wait_for
+from tests.control.harness import Cluster, database, start_server, wait_for
 
 _names = itertools.count()
 
@@ -72,8 +72,7 @@ def site(db, tmp_path_factory) -> Iterator[Cluster]:
         yield c
     finally:
         c.close()
-        server.stop()
-        server.kill()
+        server.close()
 
 
 @pytest.fixture(autouse=True)
@@ -94,8 +93,10 @@ def team(c: Cluster, **settings: object) -> tuple[str, httpx.Client]:
     return name, client
 
 
-def running(c: Cluster, client: httpx.Client, gpus: int = 1, command: str = "sleep 60") -> dict:
-    r = client.post("/v1/jobs", json={"command": command, "gpus": gpus})
+def running(
+    c: Cluster, client: httpx.Client, gpus: int = 1, command: str = "sleep 60", **body: object
+) -> dict:
+    r = client.post("/v1/jobs", json={"command": command, "gpus": gpus, **body})
     assert r.status_code == 201, r.text
     job_id = r.json()["id"]
     return wait_for(lambda: (j := c.job(job_id))["state"] == "running" and j)
@@ -147,8 +148,9 @@ def test_telemetry_numbers_are_strict_and_nan_is_said_explicitly(site):
 
 def test_a_nan_loss_stops_the_job_and_releases_its_gpus(site):
     name, client = team(site)
-    job = running(site, client, gpus=2)
+    job = running(site, client, gpus=2, walltime_s=3600)
     before = metric(site, "arbiter_breaker_trips_total", breaker="non_finite", action="stop")
+    saved_before = metric(site, "arbiter_breaker_saved_gpu_hours_total")
     assert report(client, job["id"], step=1233, loss=2.5).status_code == 200
     assert report(client, job["id"], step=1234, loss="nan").status_code == 200
     done = site.job(job["id"])
@@ -158,6 +160,9 @@ def test_a_nan_loss_stops_the_job_and_releases_its_gpus(site):
     assert any(e["action"] == "breaker-stop" for e in audit(site, job["id"]))
     after = metric(site, "arbiter_breaker_trips_total", breaker="non_finite", action="stop")
     assert after == before + 1
+    # As the simulator counts it: the GPU time it would still have held, to its walltime.
+    saved = metric(site, "arbiter_breaker_saved_gpu_hours_total") - saved_before
+    assert 1.5 < saved <= 2.0
     # Its GPUs are free again: the team's next job starts.
     assert running(site, client, gpus=2)["state"] == "running"
     # Reports of a stopped job are refused.
@@ -251,3 +256,39 @@ def test_the_example_diverges_is_stopped_by_its_breaker_and_the_team_is_told(sit
     text = receiver.bodies[0]["text"]
     assert f"job {job['id']} stopped and its GPUs released: " in text
     assert set(receiver.bodies[0]) == {"text"}  # what a Slack incoming webhook takes
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def fresh_db(request, tmp_path):
+    yield from database(request.param, tmp_path)
+
+
+def test_a_restart_keeps_what_the_breakers_saw_of_a_running_job(fresh_db, tmp_path):
+    state = tmp_path / "state"
+    server = start_server(fresh_db, state, "--min-grace", "1")
+    c = Cluster(server)
+    try:
+        c.node("n1", 8)
+        _, client = team(c)
+        token = client.headers["Authorization"].split()[1]
+        job = running(c, client)
+        for step in range(20):  # the divergence breaker's warm-up
+            report(client, job["id"], step=step, loss=1.0)
+        for step in range(20, 23):  # 3 of the 5 rising samples it waits for
+            report(client, job["id"], step=step, loss=10.0 ** (step - 19))
+        assert c.job(job["id"])["state"] == "running"
+        c.close()
+        server.kill()
+        server = start_server(fresh_db, state, "--min-grace", "1")
+        c = Cluster(server)
+        client = server.client(token)
+        assert c.job(job["id"])["state"] == "running"  # adopted
+        for step in range(23, 25):
+            assert report(client, job["id"], step=step, loss=10.0 ** (step - 19)).is_success
+        done = c.job(job["id"])
+        assert done["state"] == "failed"
+        assert done["reason"].startswith("circuit breaker: loss divergence"), done["reason"]
+        assert done["reason"].endswith("at step 24")
+    finally:
+        c.close()
+        server.close()
