@@ -104,3 +104,24 @@ def test_a_team_that_spends_its_budget_mid_run_runs_on_at_the_exhausted_tier(db,
     assert job not in executor.jobs and other in executor.jobs
     assert row(loop, job)["state"] == "pending"
     loop.ledger.check_balanced()
+
+
+def test_each_running_job_is_charged_a_minute_after_its_last_charge_not_all_at_once(db, tmp_path):
+    """Jobs started at different times fall due at different times, so the charges of many
+    running jobs spread over the minute instead of landing in one tick."""
+    executor = Executor()
+    loop = new_loop(db, tmp_path, executor)
+    advance(loop, 86_400)
+    setup(loop, {"a": None}, quota=8)
+    first = submit(loop, "a", gpus=4, tier=1)
+    tick(loop)
+    advance(loop, 29)
+    second = submit(loop, "a", gpus=4, tier=1)
+    tick(loop)  # 30 s after the first start
+    assert {first, second} <= set(executor.jobs)
+    advance(loop, 30)
+    tick(loop)  # the first job's minute is up, the second's not yet
+    assert (len(charges(loop, first)), len(charges(loop, second))) == (1, 0)
+    advance(loop, 29)
+    tick(loop)
+    assert (len(charges(loop, first)), len(charges(loop, second))) == (1, 1)

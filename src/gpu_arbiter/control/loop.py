@@ -222,6 +222,7 @@ class ControlLoop:
         self._last_tick = 0.0
         self._last_observed = 0.0
         self._last_accrual = 0.0
+        self._last_budget_check = 0.0
         # Draining (`cmd_drain`): no job starts; once none runs, `on_drained` is called once.
         self.draining = False
         self.on_drained: Callable[[], None] | None = None
@@ -642,7 +643,7 @@ class ControlLoop:
         if self.budgets.budgets:
             if self.budgets.open_period(now):
                 self._changed = True
-        if now - self._last_accrual >= self.cfg.accrue_s:
+        if now - self._last_accrual >= 1.0:
             self._accrue(tx)
         if self.draining:
             if self.on_drained is not None and not (self.sched and self.sched.running):
@@ -991,12 +992,16 @@ class ControlLoop:
         ]
 
     def _accrue(self, tx: _Tx) -> None:
-        """Charge every running job for the seconds it held its GPUs since it was last charged
-        (E5): spend, burn and budgets see running work, not only runs that ended. Then a team
-        whose budget is spent has its running jobs run as its budget allows (`_exhausted`)."""
+        """Charge each running job for the seconds it held its GPUs once `accrue_s` have passed
+        since it was last charged (E5): spend, burn and budgets see running work, not only runs
+        that ended. Each job falls due a minute after its own start, so the charges of many
+        running jobs spread over the minute instead of stalling one tick (10,000 charges cost
+        the loop about half a second). Every `accrue_s`, a team whose budget is spent has its
+        running jobs run as its budget allows (`_exhausted`)."""
+        due = tx.now - self.cfg.accrue_s
         for job_id, seg in self.segs.items():
             live = self.live.get(job_id)
-            if live is None or tx.now <= seg.billed_to:
+            if live is None or seg.billed_to > due or tx.now <= seg.billed_to:
                 continue
             self.charges.charge_segment(
                 self.ledger,
@@ -1010,7 +1015,9 @@ class ControlLoop:
             )
             seg.billed_to = tx.now
         self._last_accrual = tx.now
-        self._exhausted(tx)
+        if tx.now - self._last_budget_check >= self.cfg.accrue_s:
+            self._last_budget_check = tx.now
+            self._exhausted(tx)
 
     def _exhausted(self, tx: _Tx) -> None:
         """Running jobs of a team that has spent its budget run at the tier an exhausted budget
