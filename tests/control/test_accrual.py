@@ -125,3 +125,25 @@ def test_each_running_job_is_charged_a_minute_after_its_last_charge_not_all_at_o
     advance(loop, 29)
     tick(loop)
     assert (len(charges(loop, first)), len(charges(loop, second))) == (1, 1)
+
+
+def test_work_lost_to_a_node_failure_counts_whole_though_part_of_it_was_charged_as_it_ran(
+    db, tmp_path
+):
+    """A checkpointing job loses everything since its last checkpoint: the seconds charged
+    while it ran are given back (the cluster absorbs lost work) and count as lost GPU-hours
+    with the rest."""
+    executor = Executor()
+    loop = new_loop(db, tmp_path, executor)
+    advance(loop, 86_400)
+    setup(loop, {"a": None}, quota=8)
+    job = submit(loop, "a", gpus=4, tier=1, checkpoint_interval_s=600.0)
+    tick(loop)
+    started = row(loop, job)["started_at"]
+    advance(loop, 119)
+    tick(loop)  # charged for [start, start + 120)
+    loop._last_now = started + 150
+    call(loop, loop.cmd_node_state, ADMIN, "n1", False, "fan")
+    lost = loop.metrics.lost_gpu_hours._value.get()  # no checkpoint: all 150 s are lost
+    assert lost == pytest.approx(4 * 150 / 3600)
+    assert loop.spent["a"] == pytest.approx(0.0, abs=1e-9)  # and none of it is paid for

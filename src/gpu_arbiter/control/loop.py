@@ -78,6 +78,7 @@ from gpu_arbiter.domain.events import (
 from gpu_arbiter.domain.team import check_quotas
 from gpu_arbiter.economy import (
     CHARGE,
+    FAILURE_ABSORBED,
     RUN,
     Budgets,
     ChargeModel,
@@ -1085,6 +1086,10 @@ class ControlLoop:
                 self.metrics.lost_gpu_hours.inc(e.gpu_seconds / 3600)
         elif e.kind == "refund":
             self.spent[e.team] = self.spent.get(e.team, 0.0) - e.credits
+            if e.reason == FAILURE_ABSORBED and e.start is not None:
+                # Lost seconds charged as they ran (`_accrue`), given back when the run failed.
+                charge = next(c for c in self.ledger.audit(e.job_id) if c.seq == e.refund_of)
+                self.metrics.lost_gpu_hours.inc(charge.gpus * (e.end - e.start) / 3600)
 
     def _audit(self, tx: _Tx, actor: str, action: str, subject: str, **detail: Any) -> None:
         """Record a state change in the audit log, and in the server's log at level info
