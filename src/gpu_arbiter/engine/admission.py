@@ -43,9 +43,8 @@ class QuotaBook:
 
     Everything is counted in thousandths of a GPU (`MILLI` a GPU, as `JobSpec.gpu_milli`): a
     pod holding a quarter of a GPU (S11) uses 250 of its team's quota, not a whole GPU. Counted
-    whole, Alibaba's fractional pods (3,077 of 7,063 at 0.02 scale) put teams beyond their
-    guarantee with GPUs to spare, so their work ran borrowed and their tier-1 pods could not
-    reclaim what was theirs.
+    whole, fractional pods would put teams beyond their guarantee with GPUs to spare, so their
+    work would run borrowed and their tier-1 pods could not reclaim what was theirs.
     """
 
     __slots__ = ("quota", "used", "pool", "tier1_excess", "releases")

@@ -44,6 +44,6 @@ class EngineConfig:
     shared_stop_max_unsaved_s: float = 3600.0
     # A tier-3 job that a tier-1 job needs stopped (S1) stops at once while that throws away
     # at most this much unsaved work (reference seconds x GPUs); beyond it, it saves first, in
-    # `notice_stop_s`, and the tier-1 job waits that minute (`Scheduler._save_over`). On Gavel's
-    # msr traces 1 h beat 15 min and 4 h (docs/results/README.md).
+    # `notice_stop_s`, and the tier-1 job waits that minute (`Scheduler._save_over`); the
+    # value chosen is measured in docs/results/README.md.
     tier1_stop_max_unsaved_s: float = 3600.0

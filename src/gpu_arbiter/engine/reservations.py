@@ -35,9 +35,8 @@ class Reservations:
         walltime estimates of the whole-GPU jobs on it (a shared GPU frees only when all its
         sharers have ended: it is not counted), or None if no node is expected to. Count-based
         EASY holds every GPU of the type that frees before the gang's start although the gang
-        needs one node: on Alibaba's lists 8-GPU tier-2 pods waited 18-55 h on average, while
-        1-GPU tier-1 pods kept every node partly used, and long tier-3 pods barred from the
-        held GPUs went to T4s that run them 2.3x slower."""
+        needs one node, so small jobs that keep every node partly used make the gang wait
+        while jobs barred from the held GPUs go to slower types."""
         index = self.index
 
         def free(node: int) -> int:
@@ -80,12 +79,9 @@ class Reservations:
         in the spare GPUs. None: no bound; a node: the one held, to stay off; `WHOLE_TYPE`:
         a count reservation, which bars the type. Not bound: a tier-1 job, which stops lower
         tiers within a cycle (S1), also where it borrows at tier 2 (it keeps tier 1's
-        precedence and queueing target; bound too, Alibaba's gpushare20 had a tier-1 P99 of
-        14.9 min over seeds 0-3, against 12.2), and an inference surge (S9).
-        Before, on Alibaba's gpuspec33 (seed 3) a flexible 2-GPU tier-2 pod stopped two
-        tier-3 pods on G3, whose one node an 8-GPU tier-1 pod held a reservation on, and ran
-        there for 215 h: the tier-1 pod, and three tier-2 8-GPU pods behind it, waited as
-        long."""
+        precedence and queueing target), and an inference surge (S9). Unbound, a small job
+        could stop victims on the very node a gang holds and run there for days, and the gang
+        with everyone behind it would wait as long."""
         if job.tier == Tier.CORE or job.borrows_at_tier2 or job.spec.kind == JobKind.INFERENCE:
             return None
         res = self._reservation_over(job, gpu_type, ctx)
@@ -98,8 +94,7 @@ class Reservations:
         there, by the running jobs' walltime estimates (EASY, `engine.backfill.reserve`);
         remembered while the type is unchanged. Free GPUs that already suffice in number are
         held by topology, power or a reservation: then only GPUs running jobs release count
-        (on Alibaba a tier-1 pod wanting 4 GPUs of one node, with 9 free across nodes, took
-        the count for a start "now" and waited 16 min rather than give a tier-2 pod notice)."""
+        (the count alone would promise a start "now" to a gang the free GPUs cannot hold)."""
         key = (gpu_type, n)
         cached = self._ctx.shadows.get(key)
         if cached is None or cached[0] != self._epoch[gpu_type]:

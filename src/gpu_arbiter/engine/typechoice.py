@@ -15,16 +15,15 @@ that gives notice, whose victims save and stop within a minute or so, `Scheduler
 dry runs of the scheduler's own victim rules) and running jobs ending (the EASY shadow time,
 `engine.backfill.reserve`). Only the types the job may take now count (a tier-1 job beyond
 its quota and the pool may not, S2), and only with a wait within the job's queueing target
-(`EngineConfig.queue_target_s`, by tier; tier 1's for a tier-1 job trying at tier 2: on 2869ce
-such 32-GPU jobs passed 36 free K80s to wait for V100s expected within tier 2's hour): a longer
-wait rests on estimates that may slip. If the best of those is free, the policy's order stands
-(Arbiter's comparative-advantage plan). If not, the job is offered only the types whose eta
+(`EngineConfig.queue_target_s`, by tier; tier 1's for a tier-1 job trying at tier 2, which
+must not pass free slow GPUs to wait for fast ones expected only within tier 2's target): a
+longer wait rests on estimates that may slip. If the best of those is free, the policy's order
+stands (Arbiter's comparative-advantage plan). If not, the job is offered only the types whose eta
 is within `SLACK` of the best's: it preempts there, or waits under a reservation for the fast
 GPUs instead of taking slow ones.
 So a tier-1 job whose fastest type frees only in hours still preempts tier 3 at once on the
-next-fastest rather than start on a type that runs it 8x slower for good (2869ce: 53 h on
-K80s against 6 h on V100s). Without estimates the types are offered as they were. Pure: it
-only reads the scheduler.
+next-fastest rather than start on a type that runs it several times slower for good. Without
+estimates the types are offered as they were. Pure: it only reads the scheduler.
 """
 
 from __future__ import annotations

@@ -34,9 +34,8 @@ class Walk:
             return types
         # S7: the fastest type is wanted by jobs that cannot run elsewhere; a flexible job
         # starts now on a slower type that is still fast enough rather than take it from them,
-        # but not on one that pinned jobs want too, and among equally fast ones on the roomiest:
-        # Alibaba's flexible tier-1 pods took the 4 V100M16 GPUs, next by name, for days while
-        # pods pinned to them waited (gpuspec33 seed 0: a 20-min tier-1 pod 103 h, now 1.8 h).
+        # but not on one that pinned jobs want too, and among equally fast ones on the roomiest
+        # (not the next by name, which flexible jobs would fill for days before pinned ones).
         floor = self.cfg.slower_type_min_speed * self.speed(job, fastest)
         speed = {t: self.speed(job, t) for t in types[1:]}
         slower = sorted(
@@ -71,10 +70,9 @@ class Walk:
         accepted type its team's guarantee and what is left of the pool cannot give it `n` GPUs
         now. On that try it has a tier-2 job's rights (idle GPUs, tier-3 victims), yet is queued
         and ordered at tier 1, keeps tier 1's precedence over tier-2 borrowers of other teams
-        (`Policy.may_preempt`) and tier 1's queueing target (`engine.typechoice`). It is never
-        worse off than a tier-2 job of its team: on msr `ee9e8c` (trace seed 2) a 2-min,
-        16-GPU tier-1 job, which guarantee and pool could hold once other teams' tier-1 jobs
-        left the pool, waited 8 h among tier-3 jobs (tier-1 P99 125 min; now 1 min)."""
+        (`Policy.may_preempt`) and tier 1's queueing target (`engine.typechoice`). So it is
+        never worse off than a tier-2 job of its team, also while other teams' tier-1 jobs
+        fill the pool."""
         if job.tier != Tier.CORE or not self.cfg.tier1_borrows_at_tier2:
             return False
         return not all(self.admissible(job, t, n) for t in self.types_by_speed(job))

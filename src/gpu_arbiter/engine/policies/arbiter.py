@@ -4,7 +4,7 @@ Tiers first; within a tier, teams by weighted dominant share (S4), and within a 
 shortest first: by the GPU time their walltime estimate says is left (estimate x share of the
 work not done x GPUs), then by submission; jobs without an estimate come after those with one,
 in submission order. A team's queue is its own to order (S4 orders teams, not jobs), and
-shortest-first is what lowers mean JCT when the queue is long (0e4a51: 101.1 -> 81.0 h); a long
+shortest-first is what lowers mean JCT when the queue is long; a long
 job can be passed by a team's stream of shorter ones, as in any SJF
 (`ArbiterPolicy(shortest_first=False)`: submission order). Placement packs (S5, S6);
 a blocked job preempts by tier or reclaims borrowed capacity (S1, S2), shrinking elastic jobs
@@ -12,9 +12,9 @@ before stopping anyone (S8); otherwise it gets an EASY reservation that backfill
 A gang that must sit on one node reserves the node expected to have room for it first, not a
 count of the type's GPUs (`Policy.reserve_nodes`): jobs walked after it that would delay it
 go to other nodes (or wait), and jobs walked before it keep off the node where another has
-room. By count, an 8-GPU tier-1 pod on Alibaba's G2 held every G2 GPU from the 1-GPU tier-1
-pods behind it for up to 38 h while it waited for a node to drain, and 8-GPU tier-2 pods
-waited 18-55 h on average behind 1-GPU pods spread over every node. Any other job blocked
+room. A reservation by count would hold every GPU of the type from small jobs behind a gang
+while it waits for one node to drain, and small jobs spread over every node would keep the
+gang waiting. Any other job blocked
 although enough GPUs are free by count holds none back (`Policy.reserve_fragmented`).
 Flexible jobs start on a slower GPU type when the fast one is wanted by jobs pinned to it (S7):
 the roomiest fast-enough one that pinned jobs do not want too.
@@ -118,10 +118,9 @@ class ArbiterPolicy(Policy):
         line. Without an estimate a victim counts as running for ever. Only some victims
         (`_may_displace`): its own team's, or those of a team served at least as well (S4); and
         a job beyond its team's quota displaces only borrowers and its own team, as a borrower
-        taking a guaranteed job's GPUs would be reclaimed at once (jobs stopped hundreds of
-        times each on 0e4a51). It lowers mean JCT where short jobs queue behind long ones:
-        Gavel's 2869ce trace 3.767 -> 3.738 h, 0e4a51 71.5 -> 68.9 h (seeds 0-3), at a small
-        cost on minimize_makespan (12.67 -> 12.71 h)."""
+        taking a guaranteed job's GPUs would be reclaimed at once (else the same jobs are
+        stopped again and again). It lowers mean JCT where short jobs queue behind long
+        ones, at a small cost in makespan."""
         if super().may_preempt(sched, job, victim, within_quota):
             return True
         return (
@@ -286,10 +285,9 @@ class ArbiterPolicy(Policy):
         """Where the plan takes the job (`types` fastest first, at `speeds`): tier 1 first (it
         never moves off its type), then by comparative advantage, most first: its fastest
         type's speed over that of the fastest other type with room for it now (the slowest
-        when none has), what it would run at without the fast one. On a light trace two
-        8-GPU jobs wanting the last V100 node, one 1.35x and one 2.2x faster there than on the
-        free P100s, now give it to the second; measured by fastest over slowest (K80) the
-        first won (Gavel's msr 23dbec seed 1: 0.500 -> 0.489 h, a tie with backfill)."""
+        when none has), what it would run at without the fast one: of two jobs wanting the
+        last fast node, the one that gains more over the type it would otherwise get goes
+        there (not the one that gains more over the slowest type)."""
         n = j.spec.elastic_range[0]
         room = (s for t, s in zip(types[1:], speeds[1:], strict=True) if free[t] >= n)
         fallback = next(room, speeds[-1])

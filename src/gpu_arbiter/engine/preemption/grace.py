@@ -50,11 +50,9 @@ class Notices:
         tier-1 job needs their GPUs; one that saves (`notice_stop_s`, a minute) is suspended
         and loses nothing, so the tier-1 job waits that minute rather than throw away more than
         `EngineConfig.tier1_stop_max_unsaved_s` (1 h) of another team's work. Victims that stop
-        at once still go first (`victim_options`). Gavel's msr traces, whose jobs take no
-        periodic checkpoints: 7f04ca's GPU-hours lost 13,425 -> 425 and mean JCT 174 -> 146 h
-        (seed 0); tier-1 P99 becomes a minute where it was 0 on some lightly loaded traces.
-        Not for an inference surge (S9: it cannot wait) nor for policies that do not weigh
-        lost work."""
+        at once still go first (`victim_options`). It matters most for jobs that take no
+        periodic checkpoints, whose whole run would be thrown away. Not for an inference surge
+        (S9: it cannot wait) nor for policies that do not weigh lost work."""
         if (
             tier == Tier.EXPLORATORY
             and job.tier == Tier.CORE

@@ -92,10 +92,9 @@ class PreemptionStep:
     ) -> bool:
         """Whether a plan that starts the job at once on `gpu_type` is expected (by walltime
         estimates) to finish it no later than the `deferred` plan on a faster type, whose
-        victims first save and stop. Without estimates it is taken: it starts sooner. On
-        Alibaba's gpuspec33 an 8-GPU tier-1 pod stopped tier-3 pods on four T4 nodes rather
-        than wait a minute for a tier-2 pod's save on G2: 50 h at 0.15 against 21 h at 0.35,
-        and the T4s' own tier-1 pods waited behind it."""
+        victims first save and stop. Without estimates it is taken: it starts sooner. A short
+        wait for a save on a fast type beats starting at once on a type that runs the job
+        several times slower."""
         plan_there, _, there = deferred
         n = plan.allocation.gpus
         here = self.est_runtime(job, gpu_type, n)
@@ -213,11 +212,10 @@ class PreemptionStep:
         is thrown away. The alternative is to wait: the reservation's shadow time (by walltime
         estimates) says when enough GPUs of the type free up anyway. Below tier 1 the job waits
         when the victims would lose more GPU time, times `EngineConfig.lost_work_weight` (2),
-        than it would spend waiting (wait x GPUs; weight 1 -> 2 took 0e4a51 from 84.2 to 83.0 h); a
-        tier-1 job waits only when it would start within its queueing target anyway
-        (`EngineConfig.queue_target_s`, 5 min), so S1's suspension within a cycle stands.
-        A plan that loses nothing (shrinks, graceful stops, fresh checkpoints) is always worth
-        it."""
+        than it would spend waiting (wait x GPUs); a tier-1 job waits only when it would start
+        within its queueing target anyway (`EngineConfig.queue_target_s`, 5 min), so S1's
+        suspension within a cycle stands. A plan that loses nothing (shrinks, graceful stops,
+        fresh checkpoints) is always worth it."""
         lost = 0.0
         for victim in plan.victims:
             v = victim.job
