@@ -14,6 +14,7 @@ FIXTURE_BY_FORMAT = {
     "philly": "philly_cluster_job_log.json",
     "helios": "helios_cluster_log.csv",
     "pai2020": "pai",
+    "arbiter": "arbiter_history.jsonl",
 }
 
 
@@ -35,7 +36,7 @@ def test_each_format_reads_its_fixture_and_stats_fill_while_reading(
 
 
 def test_an_unknown_format_lists_the_known_ones(traces_dir: Path) -> None:
-    with pytest.raises(InvalidInput, match="known: alibaba-v2023, gavel, helios, pai2020"):
+    with pytest.raises(InvalidInput, match="known: alibaba-v2023, arbiter, gavel, helios, pai2020"):
         read_trace(traces_dir / "60_job.csv", "slurm")
 
 

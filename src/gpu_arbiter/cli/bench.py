@@ -12,6 +12,7 @@ folder up (the heterogeneous spec first, as Gavel's own experiments compare on i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from functools import partial
 from pathlib import Path
@@ -43,6 +44,8 @@ from gpu_arbiter.engine.policies import POLICIES
 from gpu_arbiter.sim import SimConfig, SimResult, simulate
 from gpu_arbiter.sim.faults import ReliabilityConfig
 from gpu_arbiter.sim.report import BenchSource, write_bench
+from gpu_arbiter.traces.arbiter_history import real_queueing
+from gpu_arbiter.traces.base import TraceOptions
 
 DEFAULT_POLICIES = ",".join(POLICIES)
 DEFAULT_GAVEL_CLUSTER = "gavel:36:36:36"  # the 108-GPU mix of Gavel's simulated experiments
@@ -84,9 +87,21 @@ def gavel_cluster_beside(trace: Path) -> str | None:
     return None
 
 
+def real_delays(
+    trace: Path | None, fmt: str | None, reading: TraceOptions, seed: int
+) -> tuple[float, ...] | None:
+    """What the jobs of the cluster's own history really waited; None for any other trace."""
+    if trace is None or fmt != "arbiter":
+        return None
+    options = dataclasses.replace(reading, seed=seed)
+    return tuple(w.queue_delay_s for w in real_queueing(trace, options))
+
+
 def default_cluster(trace: Path | None, fmt: str | None) -> str:
     if trace is not None and fmt == "alibaba-v2023":
         return "alibaba-v2023"
+    if trace is not None and fmt == "arbiter":
+        return "history"
     if trace is not None and fmt == "gavel":
         return gavel_cluster_beside(trace) or DEFAULT_GAVEL_CLUSTER
     return "small"
@@ -174,6 +189,7 @@ def bench(
         seed=seed,
         options=reading if trace is not None else None,
         arrival_scale=arrival_scale,
+        real_queue_delays=real_delays(trace, fmt, reading, seed),
     )
     write_bench(out, source, results, runs)
     typer.echo(f"wrote {out / 'results.json'}, {out / 'report.md'} and plots")

@@ -17,6 +17,7 @@ from gpu_arbiter.domain.config_files import first_error, read_yaml_mapping
 from gpu_arbiter.domain.presets import PRESETS, resolve_cluster
 from gpu_arbiter.engine import EngineConfig
 from gpu_arbiter.traces.alibaba import alibaba_cluster
+from gpu_arbiter.traces.arbiter_history import history_cluster, history_teams
 from gpu_arbiter.traces.base import AUTO, DEFAULT_TIER_MIX, ReadStats, TraceOptions
 from gpu_arbiter.traces.gavel import gavel_cluster
 from gpu_arbiter.traces.registry import read_trace
@@ -26,7 +27,7 @@ from gpu_arbiter.traces.tiresias import tiresias_cluster
 CLUSTER_HELP = (
     "Preset (" + ", ".join(PRESETS) + "), a YAML file, alibaba-v2023 (the trace's real node "
     "list; alibaba-v2023@F keeps a share F of each GPU model's nodes), gavel:V100:P100:K80 "
-    "counts, or tiresias:SPEC.csv."
+    "counts, tiresias:SPEC.csv, or history (the cluster of an arbiter history --trace)."
 )
 
 
@@ -70,6 +71,10 @@ def cluster_for(name: str, trace: Path | None = None) -> Cluster:
         if not node_list.is_file():
             raise InvalidInput(f"--cluster alibaba-v2023: no node list at {node_list}")
         return alibaba_cluster(node_list, fraction=fraction)
+    if name == "history":
+        if trace is None:
+            raise InvalidInput("--cluster history needs --trace (an arbiter history file)")
+        return history_cluster(trace)
     if name.startswith("gavel:"):
         return gavel_cluster(name.removeprefix("gavel:"))
     if name.startswith("tiresias:"):
@@ -235,7 +240,8 @@ def load_inputs(
         return Inputs(topo, synthetic_teams(topo), jobs, None)
     if fmt is None:
         raise InvalidInput(
-            "--trace needs --format (alibaba-v2023, tiresias, gavel, philly, helios, pai2020)"
+            "--trace needs --format (alibaba-v2023, tiresias, gavel, philly, helios, pai2020, "
+            "arbiter)"
         )
     options = dataclasses.replace(reading or TraceOptions(), seed=seed)
     specs, stats = read_trace(trace, fmt, options)
@@ -243,6 +249,8 @@ def load_inputs(
     jobs = scale_arrivals(list(specs), arrival_scale)
     if not jobs:
         raise InvalidInput(f"trace {trace}: no usable jobs ({stats.summary()})")
+    if fmt == "arbiter":  # the cluster's own history carries the teams that were in force
+        return Inputs(topo, history_teams(trace, topo), jobs, stats)
     return Inputs(topo, default_teams(topo.gpus_by_type(), demand_weights(jobs)), jobs, stats)
 
 

@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "bench": "bench",
     "bill": "bill",
     "tco": "tco",
+    "whatif": "whatif",
     "serve": "serve",
     "agent": "agent",
     "submit": "client",
@@ -40,6 +41,7 @@ COMMANDS: dict[str, str] = {
     "tokens": "admin",
     "prices": "admin",
     "drain": "client",
+    "history": "history",
 }
 
 

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gpu_arbiter.cli.bench import real_delays
 from gpu_arbiter.cli.inputs import (
     ARRIVAL_SCALE_HELP,
     CLUSTER_HELP,
@@ -46,6 +47,7 @@ from gpu_arbiter.reliability.stragglers import StragglerConfig
 from gpu_arbiter.sim import EconomyConfig, SimConfig, SimResult
 from gpu_arbiter.sim import simulate as run_simulation
 from gpu_arbiter.sim.faults import ReliabilityConfig
+from gpu_arbiter.sim.report import replay_fidelity
 
 
 def register(app: typer.Typer) -> None:
@@ -153,6 +155,16 @@ def simulate(
     )
     with progress_on_tty(len(inputs.jobs)) as finished:
         result = run_simulation(inputs.cluster, teams, policy, inputs.jobs, config, finished)
+    if fmt == "arbiter" and trace is not None:  # the cluster's own history: how close?
+        real = real_delays(trace, fmt, reading, seed) or ()
+        fidelity = replay_fidelity(real, {policy: result})
+        result.kpis["queueing_real_vs_replayed"] = fidelity
+        q, r = fidelity["real"], fidelity["replayed"][policy]
+        typer.echo(
+            f"queueing, real vs replayed: mean {q['mean_s']:.1f} s vs {r['mean_s']:.1f} s, "
+            f"P99 {q['p99_s']:.1f} s vs {r['p99_s']:.1f} s ({q['jobs']} jobs)",
+            err=True,
+        )
     if out is not None:
         write_run(result, out)
     if as_json:

@@ -24,7 +24,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from fastapi_offline import FastAPIOffline
 from pydantic import ValidationError
 from sqlalchemy import select
@@ -34,6 +34,7 @@ from gpu_arbiter.backends.base import Backend
 from gpu_arbiter.backends.local import LocalBackend
 from gpu_arbiter.control.auth import Authenticator, Forbidden, Principal, Unauthorized
 from gpu_arbiter.control.errors import Conflict, NotFound, Unavailable
+from gpu_arbiter.control.history import history_ndjson
 from gpu_arbiter.control.loop import (
     AUDIT,
     JOBS,
@@ -437,6 +438,14 @@ def create_app(service: Service, reports_dir: Path | None = None) -> FastAPI:
         q = select(AUDIT).where(AUDIT.c.id > since).order_by(AUDIT.c.id).limit(limit)
         with db.connect() as conn:
             return [dict(r) for r in conn.execute(q).mappings()]
+
+    @app.get("/v1/history", tags=["service"])
+    def history(p: Who, since: Annotated[float | None, Query(ge=0)] = None) -> StreamingResponse:
+        """Every job submitted since `since` (epoch seconds) and what became of it, as an
+        arbiter-history trace in JSON lines (docs/history-format.md); admin only."""
+        p.require_admin()
+        lines = history_ndjson(db, since, loop.cfg.policy)
+        return StreamingResponse(lines, media_type="application/x-ndjson")
 
     app.include_router(dashboard_router(loop, db, auth, reports_dir))
     hot = [r for r in app.routes if getattr(r, "endpoint", None) is submit]

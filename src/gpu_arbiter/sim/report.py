@@ -20,11 +20,12 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpu_arbiter.metrics import JobRecord
+from gpu_arbiter.metrics.kpis import percentile
 from gpu_arbiter.sim.plots import PLOTS
 from gpu_arbiter.sim.simulator import SimResult
 from gpu_arbiter.traces.base import ReadStats, TraceOptions
@@ -58,6 +59,8 @@ class BenchSource:
     seed: int
     options: TraceOptions | None = None
     arrival_scale: float = 1.0
+    # What the replayed jobs really waited, when the trace is the cluster's own history.
+    real_queue_delays: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +179,11 @@ def results_json(
         "cluster": {"name": first["cluster"], "gpus": first["gpus"]},
         "policies": {name: r.kpis for name, r in results.items()},
         **(
+            {}
+            if source.real_queue_delays is None
+            else {"queueing_real_vs_replayed": replay_fidelity(source.real_queue_delays, results)}
+        ),
+        **(
             {
                 "by_seed": {
                     str(seed): {name: r.kpis for name, r in by_policy.items()}
@@ -187,6 +195,41 @@ def results_json(
             else {}
         ),
     }
+
+
+def queueing(delays: Iterable[float]) -> dict[str, float]:
+    """Mean and P99 of queueing delays (0 for none), and how many there were."""
+    values = list(delays)
+    mean = math.fsum(values) / len(values) if values else 0.0
+    return {"jobs": len(values), "mean_s": mean, "p99_s": percentile(values, 99)}
+
+
+def replay_fidelity(real: Iterable[float], results: Mapping[str, SimResult]) -> dict:
+    """How closely each replay reproduces the queueing the jobs really saw."""
+    return {
+        "real": queueing(real),
+        "replayed": {
+            name: queueing(x.queue_delay_s for x in r.records if x.queue_delay_s is not None)
+            for name, r in results.items()
+        },
+    }
+
+
+def _fidelity_table(fidelity: dict) -> list[str]:
+    real = fidelity["real"]
+    lines = [
+        "## Real against replayed queueing",
+        "",
+        f"The jobs of the history ({real['jobs']} that started) as they really waited, and as "
+        "each replay on the same cluster made them wait.",
+        "",
+        "| | mean queueing | P99 queueing |",
+        "|---|---:|---:|",
+        f"| real | {_dur(real['mean_s'])} | {_dur(real['p99_s'])} |",
+    ]
+    for name, q in fidelity["replayed"].items():
+        lines.append(f"| {name} (replayed) | {_dur(q['mean_s'])} | {_dur(q['p99_s'])} |")
+    return [*lines, ""]
 
 
 def _options_json(options: TraceOptions) -> dict:
@@ -267,6 +310,8 @@ def report_markdown(
         lambda kpi, n: kpi.show(kpi.value(kpis[n])),
         lambda kpi, n: kpi.value(kpis[n]),
     )
+    if source.real_queue_delays is not None:
+        lines += ["", *_fidelity_table(replay_fidelity(source.real_queue_delays, results))]
     lines += [
         "",
         "Simulated in: " + ", ".join(f"{n} {kpis[n]['sim_wall_s']:.1f} s" for n in names) + ".",

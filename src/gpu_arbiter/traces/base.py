@@ -50,8 +50,9 @@ class TraceOptions:
       drawn from `tier_mix` by a seeded hash of the job id. A field other than the format's
       own needs a `tier_map`, and a `tier_map` a field (checked when the trace is opened).
     * `tier_mix`: shares of tiers 1, 2, 3; default 15% / 35% / 50%.
-    * `walltime`: the user's estimate given to backfill. "round-hour" (default) is the observed
-      run time rounded up to the next whole hour, as users ask for round time limits; "exact"
+    * `walltime`: the user's estimate given to backfill. "round-hour" (default) is the estimate
+      the trace records where it records one, else the observed run time rounded up to the
+      next whole hour, as users ask for round time limits; "exact"
       is a perfect estimate; "none" gives no estimate.
     * `source_speed`: speed, relative to an H100, of the GPUs the trace's run times were
       measured on; None (default) uses each format's documented figure. Durations become
@@ -221,6 +222,10 @@ class TraceRecord:
     command: str | None = None
     # What is suspect about a job that is still read (see `ReadStats.warned`).
     warnings: tuple[str, ...] = ()
+    # What the user gave, where the trace records it (the cluster's own history does): the
+    # walltime estimate in the trace's seconds and the checkpoint interval.
+    walltime_s: float | None = None
+    checkpoint_interval_s: float | None = None
 
 
 class Reporter:
@@ -398,8 +403,10 @@ class _Assigner:
         """The job, and where its tier came from (`tier`)."""
         opts = self.options
         to_reference = (opts.source_speed or record.source_speed) * opts.time_scale
-        if opts.walltime == "round-hour":
-            walltime: float | None = math.ceil(record.run_s / 3600.0) * 3600.0 * to_reference
+        if opts.walltime == "round-hour" and record.walltime_s is not None:
+            walltime: float | None = record.walltime_s * opts.time_scale  # the user's own
+        elif opts.walltime == "round-hour":
+            walltime = math.ceil(record.run_s / 3600.0) * 3600.0 * to_reference
         elif opts.walltime == "exact":
             walltime = record.run_s * to_reference
         else:
@@ -417,6 +424,7 @@ class _Assigner:
             gpu_milli=record.gpu_milli,
             user=record.user,
             command=record.command,
+            checkpoint_interval_s=record.checkpoint_interval_s,
         )
         return spec, tier_source
 

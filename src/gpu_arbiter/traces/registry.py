@@ -7,6 +7,7 @@ from pathlib import Path
 
 from gpu_arbiter.domain import InvalidInput, JobSpec
 from gpu_arbiter.traces.alibaba import AlibabaReader
+from gpu_arbiter.traces.arbiter_history import ArbiterHistoryReader
 from gpu_arbiter.traces.base import ReadStats, TraceOptions, TraceReader
 from gpu_arbiter.traces.gavel import GavelReader
 from gpu_arbiter.traces.helios import HeliosReader
@@ -23,6 +24,7 @@ FORMATS: dict[str, TraceReader] = {
         PhillyReader(),
         HeliosReader(),
         PaiReader(),
+        ArbiterHistoryReader(),
     )
 }
 
