@@ -104,7 +104,7 @@ def started_on(sched: Scheduler, now: float, name: str, **spec) -> list[str]:
 
 def test_a_gang_that_needs_one_node_reserves_the_node_that_frees_first():
     sched = draining()
-    res = sched._reservations["H100"]
+    res = sched.reservations["H100"]
     assert (res.job_id, res.node, res.shadow_time, res.extra) == ("wide", 0, 1000.0, 0)
 
 
@@ -189,7 +189,7 @@ def three_nodes(wide_tier: int = 2) -> Scheduler:
     assert set(starts(cycle(sched, 0.0))) == {"short", "long", "quick"}
     sched.submit(job("wide", tier=wide_tier, gpus=16, duration=100.0, walltime_s=100.0), 1.0)
     assert starts(cycle(sched, 1.0)) == {}
-    res = sched._reservations["H100"]
+    res = sched.reservations["H100"]
     assert (res.job_id, res.node, res.shadow_time, res.extra) == ("wide", None, 1000.0, 0)
     return sched
 
@@ -223,7 +223,7 @@ def test_a_tier_1_job_borrowing_at_tier_2_still_stops_tier_3_past_a_reservation(
     assert set(starts(cycle(sched, 0.0))) == {"short", "long", "quick"}  # long fills the pool
     sched.submit(job("wide", team="a", tier=1, gpus=16, duration=100.0, walltime_s=100.0), 1.0)
     assert starts(cycle(sched, 1.0)) == {}
-    assert sched._reservations["H100"].job_id == "wide"
+    assert sched.reservations["H100"].job_id == "wide"
     sched.submit(job("core", team="c", tier=1, gpus=8, duration=1e5, walltime_s=1e5), 2.0)
     order = preempts(cycle(sched, 2.0))
     assert set(order) == {"quick"} and order["quick"].for_job == "core"

@@ -30,7 +30,7 @@ def test_a_blocked_job_starts_as_soon_as_gpus_of_its_type_free_up():
     sched.submit(job("next", gpus=8, duration=100.0), 1.0)
     for t in (1.0, 2.0, 3.0):  # blocked, and remembered as blocked
         assert sched.cycle(t).started == 0
-    assert "next" in sched._blocked
+    assert sched.set_aside("next") is not None
     sched.finished("big", 4.0)
     assert sched.cycle(4.0).started == 1
     assert sched.jobs["next"].state.value == "running"
@@ -67,7 +67,7 @@ def test_a_job_with_no_way_to_start_is_remembered_until_gpus_free_up_on_its_type
     sched.submit(job("a-more", team="a", gpus=16, duration=100.0, walltime_s=200.0), 1.0)
     for t in (1.0, 2.0, 3.0):
         assert sched.cycle(t).started == 0
-    assert sched._blocked["a-more"][0] == "hopeless"
+    assert sched.set_aside("a-more") == "hopeless"
     sched.finished("a-short", 5.0)
     result = sched.cycle(5.0)
     assert [d.job_id for d in result.decisions if isinstance(d, Preempt)] == ["b-borrower"]
@@ -103,15 +103,12 @@ def test_jobs_that_can_start_nowhere_are_not_tried_again_for_a_type_none_of_them
     for name in names:
         sched.submit(job(name, gpus=4, gpu_types=both, walltime_s=200.0), 1.0)
     assert sched.cycle(1.0).started == 0
-    assert all(sched._blocked[n][0] == "hopeless" for n in names)
-    assert set(sched._reservations) == {"H100"}
+    assert all(sched.set_aside(n) == "hopeless" for n in names)
+    assert set(sched.reservations) == {"H100"}
 
-    tried: list[str] = []
-    attempt = sched._attempt
-    sched._attempt = lambda j, now, ctx: tried.append(j.id) or attempt(j, now, ctx)
     sched.finished("b-short", 5.0)  # 2 A100s free: too few for any of them
     assert sched.cycle(5.0).started == 0
-    assert tried == []
-    assert {t: r.job_id for t, r in sched._reservations.items()} == {"H100": "a-0"}
+    assert not any(sched.last_try[n] == 5.0 for n in names)  # none of them got a try
+    assert {t: r.job_id for t, r in sched.reservations.items()} == {"H100": "a-0"}
     sched.finished("b-slow", 50.0)
     assert sched.cycle(50.0).started == 2  # 8 A100s free: two of them start there

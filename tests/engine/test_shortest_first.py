@@ -33,7 +33,7 @@ def test_not_a_job_with_less_than_eight_times_as_long_left():
     sched.submit(job("short", gpus=8, duration=100.0, walltime_s=300.0), 10.0)
     assert cycle(sched, 10.0) == []
     # Found without a search, by the victims' expected ends, and remembered until a job starts.
-    assert sched._blocked["short"][0] == "hopeless"
+    assert sched.set_aside("short") == "hopeless"
 
 
 def test_a_job_without_an_estimate_counts_as_running_for_ever_but_stops_nobody_itself():
@@ -101,7 +101,7 @@ def test_failed_searches_are_shared_by_jobs_of_one_band_of_time_left_only():
     cycle(sched, 0.0)
     for name, walltime in (("w300", 300.0), ("w400", 400.0), ("w600", 600.0)):
         sched.submit(job(name, gpus=8, duration=100.0, walltime_s=walltime), 10.0)
-    sig = {j: sched._preempt_sig(sched.jobs[j], "H100", False) for j in ("w300", "w400", "w600")}
+    sig = {j: sched.preempt_sig(sched.jobs[j], "H100", False) for j in ("w300", "w400", "w600")}
     assert sig["w300"] == sig["w400"] != sig["w600"]
     assert ArbiterPolicy(stop_longer=None).preempt_key(sched, sched.jobs["w300"], "H100") is None
 
@@ -117,16 +117,13 @@ def test_a_job_set_aside_wakes_only_for_tier3_starts_that_run_long_enough_to_be_
     cycle(sched, 0.0)
     sched.submit(job("short", gpus=8, duration=100.0, walltime_s=300.0), 10.0)
     assert cycle(sched, 10.0) == []
-    assert sched._blocked["short"][0] == "hopeless"
+    assert sched.set_aside("short") == "hopeless"
 
-    tried: list[tuple[str, float]] = []
-    attempt = sched._attempt
-    sched._attempt = lambda j, now, ctx: tried.append((j.id, now)) or attempt(j, now, ctx)
     sched.submit(job("quick", gpus=2, duration=100.0, walltime_s=100.0), 20.0)
     assert "quick" in starts(cycle(sched, 20.0))
     sched.submit(job("longer", gpus=2, duration=1e5, walltime_s=1e5), 30.0)
     assert "longer" in starts(cycle(sched, 30.0))
-    assert ("short", 30.0) not in tried  # woken by neither the submission nor quick's start
+    assert sched.last_try["short"] == 10.0  # woken by neither the submission nor quick's start
     cycle(sched, 40.0)
-    assert ("short", 40.0) in tried  # longer runs past its horizon: a victim, if too few
-    assert sched._blocked["short"][0] == "hopeless"
+    assert sched.last_try["short"] == 40.0  # longer runs past its horizon: a victim, if too few
+    assert sched.set_aside("short") == "hopeless"

@@ -96,7 +96,7 @@ class Policy:
 
     def preempt_key(self, sched: Scheduler, job: Job, gpu_type: str) -> Hashable:
         """What decides whom `may_preempt` lets the job stop on the type, beyond the fields of
-        `Scheduler._preempt_sig` (shape, tier, quota standing, team) and the victims' own state:
+        `Scheduler.preempt_sig` (shape, tier, quota standing, team) and the victims' own state:
         jobs that agree on both find the same victims, so a failed search stands for them all.
         None where those fields say it all."""
         return None

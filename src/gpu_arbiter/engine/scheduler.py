@@ -19,8 +19,9 @@ notice, which plan wins); the cycle's context (`engine.context`) is passed to ev
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from sortedcontainers import SortedList
 
@@ -44,7 +45,7 @@ from gpu_arbiter.engine.config import EngineConfig
 from gpu_arbiter.engine.context import CycleContext
 from gpu_arbiter.engine.elastic import grown_allocation
 from gpu_arbiter.engine.fairshare import FairShare
-from gpu_arbiter.engine.memo import RUN_BANDS, TIERS, FailureMemo, Stamps
+from gpu_arbiter.engine.memo import HOPELESS, RUN_BANDS, TIERS, FailureMemo, Stamps
 from gpu_arbiter.engine.ordering import PendingQueue
 from gpu_arbiter.engine.placement import gpus_to_mask
 from gpu_arbiter.engine.policy import Policy, get_policy
@@ -147,6 +148,8 @@ class Scheduler(
         self._starts_now: dict[str, tuple[float, int]] = {}  # starts at the latest start time
         self._flips: dict[str, int] = {t: 0 for t in capacity}  # borrowed flags changed
         self._blocked: dict[str, tuple] = {}  # job id -> `_blocked_stamp` of its last failure
+        # When each pending job last had a full try (was not set aside as still blocked).
+        self.last_try: dict[str, float] = {}
         self._started_at: float | None = None  # when a job last started (a victim after that)
         self._place_failed = FailureMemo()
         # EASY: read for every blocked job. Only such a policy reads walltime estimates (it
@@ -239,6 +242,7 @@ class Scheduler(
             self._victim_gone(job_id, now)
         self.queue.remove(job)
         self._blocked.pop(job.id, None)
+        self.last_try.pop(job.id, None)
         job.state = JobState.CANCELLED
         job.finished_at = now
         return job
@@ -482,6 +486,21 @@ class Scheduler(
         job.preemptions += 1
         job.preempting = True
         self.pending_stops[job.id] = order
+
+    @property
+    def reservations(self) -> Mapping[str, Reservation]:
+        """The backfill reservations of the last walk, by GPU type (read-only)."""
+        return MappingProxyType(self._reservations)
+
+    def set_aside(self, job_id: str) -> str | None:
+        """Why the pending job gets no full try until something it looked at changes
+        (`engine.memo`): "hopeless" (no accepted type has its GPUs free and nobody it may stop
+        runs there), "blocked" (its last try failed under the state it still sees), or None
+        (its next look is a full try)."""
+        stamp = self._blocked.get(job_id)
+        if stamp is None:
+            return None
+        return HOPELESS if stamp[0] == HOPELESS else "blocked"
 
     def find_for(
         self, job: Job, gpu_type: str, n: int, res: Reservation | None = None, strict: bool = False

@@ -48,6 +48,7 @@ class Walk:
         blocked = self._blocked.get(job.id)
         if blocked is not None and self._still_blocked(job, blocked, now, ctx):
             return False
+        self.last_try[job.id] = now
         ctx.timely = False
         ctx.wait_on = None
         failure = self._attempt(job, now, ctx)

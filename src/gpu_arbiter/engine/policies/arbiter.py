@@ -224,7 +224,7 @@ class ArbiterPolicy(Policy):
     def _time_left(sched, job: Job, gpu_type: str) -> float:
         """How long the job would run on the type at its full size by its walltime estimate,
         rounded down to a power of two: jobs of one band find the same victims, so a failed
-        search is remembered for them all (`Scheduler._preempt_sig`)."""
+        search is remembered for them all (`Scheduler.preempt_sig`)."""
         run = sched.est_runtime(job, gpu_type, job.spec.gpus)
         return 2.0 ** math.floor(math.log2(max(run, 1.0)))
 

@@ -42,7 +42,7 @@ class Eligibility:
         scopes[key] = scope
         return scope
 
-    def _preempt_sig(self, job: Job, gpu_type: str, within: bool) -> tuple:
+    def preempt_sig(self, job: Job, gpu_type: str, within: bool) -> tuple:
         """What a preemption search depends on besides the GPU count: jobs that agree on it
         find the same victims (or none)."""
         s = job.spec

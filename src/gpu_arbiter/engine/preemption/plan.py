@@ -45,7 +45,7 @@ class PreemptionStep:
             reserved = self._reserved_node(job, t, n, now, ctx)
             if reserved == WHOLE_TYPE:
                 continue
-            sig = (*self._preempt_sig(job, t, within), reserved)
+            sig = (*self.preempt_sig(job, t, within), reserved)
             stamp = self._preempt_stamp(t, now)
             if self._preempt_failed.failed(sig, n, stamp):
                 continue
@@ -150,7 +150,7 @@ class PreemptionStep:
         reserved = self._reserved_node(job, gpu_type, n, now, ctx)
         if reserved == WHOLE_TYPE:
             return None
-        key = (self._preempt_sig(job, gpu_type, within), reserved, n)
+        key = (self.preempt_sig(job, gpu_type, within), reserved, n)
         hit = ctx.dry_runs.get(key)
         if hit is not None and hit[0] == self._epoch[gpu_type]:
             return hit[1]
