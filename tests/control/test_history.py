@@ -126,3 +126,26 @@ def test_history_export_refuses_bad_input_in_one_line(history, tmp_path):
         assert done.returncode == 2
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert not (tmp_path / "h.jsonl").exists()
+
+
+def test_a_what_if_with_half_the_nodes_queues_more_for_the_same_work(history, tmp_path):
+    path, _, _ = history
+    half = tmp_path / "half.yaml"
+    half.write_text(
+        "name: half\nracks:\n  - name: r0\n    nodes:\n"
+        "      - {name: n1, gpu_type: H100, gpus: 8}\n"
+    )
+    out = tmp_path / "whatif"
+    done = arbiter("whatif", "--history", str(path), "--cluster", str(half), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    doc = json.loads((out / "results.json").read_text())
+    before, after = doc["columns"]["as it was"], doc["columns"][f"cluster {half}"]
+    assert (before["gpus"], after["gpus"]) == (16, 8)
+    assert before["all"]["completed"] == after["all"]["completed"] == JOBS
+    assert after["work_done_h100_gpu_hours"] == pytest.approx(before["work_done_h100_gpu_hours"])
+    assert after["all"]["mean_queue_s"] > before["all"]["mean_queue_s"] + RUN_S
+    for team in ("ads", "llm"):
+        assert after["by_team"][team]["mean_queue_s"] > before["by_team"][team]["mean_queue_s"]
+        assert before["spend_by_team"][team] > 0 and after["spend_by_team"][team] > 0
+    assert before["tco"]["cost_per_useful_gpu_hour"] > 0
+    assert (out / "report.md").is_file() and (out / "queueing_by_team.png").stat().st_size > 0

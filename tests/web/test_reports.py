@@ -40,3 +40,19 @@ def test_a_single_seed_report_has_one_table(tmp_path):
     doc = {"workload": "synthetic:60", "seed": 4, "policies": {"fifo": kpis(100.0, 0.5)}}
     html = report_html("r", write(tmp_path / "r", doc))
     assert html.count("<table") == 1 and "seed 4" in html and "Seed" not in html
+
+
+def test_a_whatif_report_is_listed_beside_bench_reports_with_a_column_per_change(tmp_path):
+    from gpu_arbiter.cli.whatif import whatif
+    from gpu_arbiter.web.reports import find_reports, index_html
+
+    history = Path(__file__).resolve().parents[1] / "fixtures/traces/arbiter_history.jsonl"
+    whatif(history=history, out=tmp_path / "capacity", policy="fifo")
+    write(tmp_path / "bench", {"workload": "synthetic:60", "policies": {"fifo": kpis(1.0, 0.5)}})
+    found = find_reports(tmp_path)
+    assert set(found) == {"bench", "capacity"}
+    index = index_html(found, tmp_path)
+    assert "what if: as it was, what if: policy fifo" in index
+    html = report_html("capacity", found["capacity"])
+    assert "<th>as it was</th><th>policy fifo</th>" in html
+    assert "spend, team ads" in html and "queueing_by_team.png" in html

@@ -76,17 +76,26 @@ def history_cluster(path: str | Path) -> Cluster:
 
 
 def history_teams(path: str | Path, cluster: Cluster) -> list[Team]:
-    """The teams in force (weights, quotas, budgets); a quota on a GPU type the cluster lacks
-    is dropped, so the same teams can be replayed on another cluster."""
+    """The teams in force (weights, quotas, budgets), fitted to `cluster` so the same teams
+    can be replayed on another one: a quota on a GPU type it lacks is dropped, and where the
+    quotas promise more GPUs of a type than it has, each is cut in the same proportion."""
     have = cluster.gpus_by_type()
-    teams = []
+    rows = []
     for t in read_header(path)["teams"]:
         try:
             quota = {k: int(v) for k, v in (t.get("quota") or {}).items() if k in have}
-            teams.append(Team(t["name"], float(t.get("weight", 1.0)), quota, t.get("budget")))
+            rows.append((str(t["name"]), float(t.get("weight", 1.0)), quota, t.get("budget")))
         except (KeyError, TypeError, ValueError) as e:
             raise InvalidInput(f"{path}: header.teams: bad team {t!r} ({e})") from None
-    return teams
+    promised: dict[str, int] = {}
+    for _, _, quota, _ in rows:
+        for k, v in quota.items():
+            promised[k] = promised.get(k, 0) + v
+    scale = {k: min(1.0, have[k] / n) for k, n in promised.items() if n}
+    return [
+        Team(name, weight, {k: math.floor(v * scale.get(k, 1.0)) for k, v in quota.items()}, budget)
+        for name, weight, quota, budget in rows
+    ]
 
 
 @dataclass(frozen=True, slots=True)

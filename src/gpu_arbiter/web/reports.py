@@ -1,6 +1,7 @@
-"""Simulation reports on the dashboard: the `arbiter bench` results folders under one directory
-(`arbiter serve --reports DIR`), rendered from their results.json with the same KPI rows and
-"best policy" rule as report.md (`sim.report`), and their plots and records served as files.
+"""Simulation reports on the dashboard: the `arbiter bench` and `arbiter whatif` results folders
+under one directory (`arbiter serve --reports DIR`), rendered from their results.json with the
+same KPI rows and "best policy" rule as report.md (`sim.report`, `sim.whatif`), and their plots
+and records served as files.
 
 DIR may itself be a results folder, hold several (one level down), or both. Only files inside
 a listed folder with a known suffix are served, so a crafted name cannot reach anything else.
@@ -58,6 +59,10 @@ def index_html(reports: dict[str, Path], root: Path | None) -> str:
     for name, folder in reports.items():
         doc = _load(folder)
         cluster = doc.get("cluster") or {}
+        if doc.get("kind") == "whatif":  # `arbiter whatif`: its columns stand for policies
+            first = next(iter((doc.get("columns") or {}).values()), {})
+            cluster = {"name": first.get("cluster", "?"), "gpus": first.get("gpus", "?")}
+            doc["policies"] = {f"what if: {c}": None for c in doc.get("columns") or {}}
         rows.append(
             "<tr>"
             f"<td><a href='/reports/{quote(name)}/'>{escape(name)}</a></td>"
@@ -79,6 +84,8 @@ def report_html(name: str, folder: Path) -> str:
     from gpu_arbiter.sim.plots import PLOTS  # matplotlib only when a report is shown
 
     doc = _load(folder)
+    if doc.get("kind") == "whatif":
+        return _whatif_html(name, folder, doc)
     kpis: dict[str, dict] = doc.get("policies", {})
     names = list(kpis)
     cluster = doc.get("cluster") or {}
@@ -123,6 +130,32 @@ def report_html(name: str, folder: Path) -> str:
         f"<h2>Files</h2><p><a href='{base}report.md'>report.md</a> · "
         f"<a href='{base}results.json'>results.json</a>"
         f"{' · ' + records if records else ''}</p>"
+    )
+
+
+def _whatif_html(name: str, folder: Path, doc: dict[str, Any]) -> str:
+    """An `arbiter whatif` report: its rows as report.md has them, one column per change."""
+    from gpu_arbiter.sim.whatif import PLOT, table_rows
+
+    columns: dict[str, dict] = doc.get("columns") or {}
+    head = "".join(f"<th>{escape(c)}</th>" for c in columns)
+    body = "".join(
+        f"<tr><th>{escape(label)}</th>" + "".join(f"<td>{escape(v)}</td>" for v in cells) + "</tr>"
+        for label, cells in (table_rows(columns) if columns else [])
+    )
+    base = f"/reports/{quote(name)}/"
+    plot = (
+        f"<figure><img src='{base}{PLOT}' alt='queueing delay by team'></figure>"
+        if (folder / PLOT).is_file()
+        else ""
+    )
+    notes = "".join(f"<li>{escape(str(n))}</li>" for n in doc.get("notes") or [])
+    return (
+        f"<p>what if, from history <b>{escape(str(doc.get('workload', '?')))}</b></p>"
+        f"<ul>{notes}</ul><table class='grid kpis' id='whatif'><thead><tr><th></th>{head}"
+        f"</tr></thead><tbody>{body}</tbody></table><div class='plots'>{plot}</div>"
+        f"<h2>Files</h2><p><a href='{base}report.md'>report.md</a> · "
+        f"<a href='{base}results.json'>results.json</a></p>"
     )
 
 

@@ -56,6 +56,19 @@ async function whoami() {
   const me = await api("/v1/whoami");
   $("who").innerHTML = `${esc(me.team ? "team " + me.team : me.role)} <button id="logout">sign out</button>`;
   $("logout").onclick = () => { localStorage.removeItem("arbiterToken"); location.reload(); };
+  if (me.role === "admin") {
+    // The cluster's own history as a trace (GET /v1/history), for `arbiter whatif`.
+    $("who").insertAdjacentHTML("afterbegin", '<a href="/v1/history" id="export-history">export history</a> ');
+    $("export-history").onclick = async (ev) => {
+      ev.preventDefault();
+      const r = await fetch("/v1/history", { headers: { Authorization: "Bearer " + token() } });
+      const link = document.createElement("a");
+      link.href = URL.createObjectURL(await r.blob());
+      link.download = "arbiter-history.jsonl";
+      link.click();
+      URL.revokeObjectURL(link.href);
+    };
+  }
 }
 
 // The sign-in form stands in for the page until a token works; `onSignIn` loads the page.
