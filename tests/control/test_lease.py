@@ -9,6 +9,7 @@ import sys
 import threading
 
 import pytest
+from sqlalchemy import text
 
 from gpu_arbiter.control.launch import free_port
 from gpu_arbiter.control.lease import InUse, Lease
@@ -48,7 +49,7 @@ def test_a_standby_lease_waits_and_takes_over_when_the_holder_lets_go(db, tmp_pa
     )
     t.start()
     try:
-        wait_for(lambda: said, timeout_s=30)
+        wait_for(lambda: said, timeout_s=120)
         assert t.is_alive() and "waiting to take over" in said[0]
     finally:
         first.release()
@@ -83,3 +84,25 @@ def test_a_second_serve_refuses_in_one_line_and_leaves_the_first_and_its_files_a
     finally:
         c.close()
         server.close()
+
+
+@pytest.fixture
+def pg(tmp_path):
+    yield from database("postgres", tmp_path)
+
+
+def test_the_postgresql_leader_lock_is_on_a_connection_both_ends_give_up_on_within_seconds(
+    pg, tmp_path
+):
+    """A leader cut off from the database must stop, and the server must let go of its lock,
+    within seconds, not after TCP's default two hours of silence."""
+    lease = Lease(tmp_path / "state", pg, "http://127.0.0.1:1111")
+    lease.acquire()
+    try:
+        lock = lease.parts[-1][1]
+        for name, want in (("tcp_keepalives_idle", "6"), ("tcp_keepalives_count", "3")):
+            assert lock._conn.execute(text(f"SHOW {name}")).scalar() == want
+        dsn = lock._conn.connection.driver_connection.info.dsn
+        assert "tcp_user_timeout=5000" in dsn and "keepalives_idle=2" in dsn
+    finally:
+        lease.release()

@@ -75,12 +75,12 @@ def test_a_standby_takes_over_from_a_killed_leader_adopting_jobs_and_losing_no_s
         ]
         for w in workers:
             w.start()
-        wait_for(lambda: len(acked) >= 100, timeout_s=60, every_s=0.01)
+        wait_for(lambda: len(acked) >= 100, timeout_s=180, every_s=0.01)
         leader.kill()
         killed_at, before = time.monotonic(), len(acked)
-        wait_for(lambda: len(acked) > before, timeout_s=120, every_s=0.01)
+        wait_for(lambda: len(acked) > before, timeout_s=180, every_s=0.01)
         print(f"takeover: first acknowledgement {time.monotonic() - killed_at:.1f} s after kill -9")
-        wait_for(lambda: len(acked) >= before + 50, timeout_s=120, every_s=0.05)
+        wait_for(lambda: len(acked) >= before + 50, timeout_s=180, every_s=0.05)
         stop.set()
         for w in workers:
             w.join(timeout=60)

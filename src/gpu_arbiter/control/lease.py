@@ -111,16 +111,38 @@ class FileLock:
             self._fd = None
 
 
+# A leader cut off from the database (network down, not dead) must stop before the server
+# lets go of its lock: its own side of the lock's connection gives up when data stays unacked
+# for 5 s (`tcp_user_timeout`, checked every second by `Lease.watch`), the server's side after
+# 6 s of silence and 3 unanswered probes 2 s apart (12 s), so a standby leads within ~15 s.
+_CLIENT_KEEPALIVE = {
+    "keepalives": 1,
+    "keepalives_idle": 2,
+    "keepalives_interval": 1,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 5000,
+}
+_SERVER_KEEPALIVE = {
+    "tcp_keepalives_idle": 6,
+    "tcp_keepalives_interval": 2,
+    "tcp_keepalives_count": 3,
+}
+
+
 class AdvisoryLock:
     """PostgreSQL's session advisory lock on a connection of its own, and the `leader` row."""
 
     def __init__(self, url: str) -> None:
-        self.engine: Engine = create_engine(url, poolclass=NullPool)
+        self.engine: Engine = create_engine(
+            url, poolclass=NullPool, connect_args=dict(_CLIENT_KEEPALIVE)
+        )
         self._conn: Any = None
 
     def try_acquire(self, me: Holder) -> Holder | None:
         conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         try:
+            for name, value in _SERVER_KEEPALIVE.items():
+                conn.execute(text(f"SET {name} = {int(value)}"))
             got = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": ADVISORY_KEY})
             if not got.scalar():
                 row = conn.execute(select(SETTINGS.c.value).where(SETTINGS.c.key == LEADER_KEY))
