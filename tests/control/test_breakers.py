@@ -217,6 +217,10 @@ def test_a_straggling_node_is_marked_degraded_and_the_gang_moves_off_it(site, re
     nodes = sorted(job["allocation"]["nodes"])
     assert len(nodes) == 2
     fast, slow = nodes
+    # A job speaks only for the nodes it runs on: it cannot get another node marked degraded.
+    (other,) = {"na", "nb", "nc"} - set(nodes)
+    r = report(client, job["id"], rank=0, node=other, step_time_s=9.0)
+    assert r.status_code == 422 and r.json()["detail"].startswith("node: ")
     for rank in range(8):
         assert report(client, job["id"], rank=rank, node=fast, step_time_s=1.0).status_code == 200
     for rank in range(8, 16):

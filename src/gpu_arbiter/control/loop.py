@@ -1460,6 +1460,14 @@ class ControlLoop:
         live = self.live.get(job_id)
         if live is None:
             raise Conflict(f"job {job_id} is not active")
+        job = self.sched.running.get(job_id) if self.sched is not None else None
+        if data.node is not None and job is not None:
+            # A job may speak only for its own nodes: a step time is what marks a node degraded.
+            names = [self.sched.cluster.nodes[n].name for n in job.allocation.nodes]
+            if data.node not in names:
+                raise InvalidInput(
+                    f"node: job {job_id} runs on {', '.join(names)}, not on {data.node!r}"
+                )
         doc = data.data()
         if data.checkpoint_at is not None or data.event == "checkpoint":
             live.last_checkpoint_at = data.checkpoint_at or tx.now
@@ -1471,7 +1479,6 @@ class ControlLoop:
             .where(JOBS.c.id == job_id)
             .values(telemetry={**doc, "at": tx.now}, last_checkpoint_at=live.last_checkpoint_at)
         )
-        job = self.sched.running.get(job_id) if self.sched is not None else None
         if job is not None:
             trip, straggler = self.watch.observe(job_id, job.team, tx.now, data)
             if trip is not None:
