@@ -24,9 +24,11 @@ job at once) and, when the grace has run out, `scancel --batch --signal=USR2`, o
 wrapper SIGKILLs the job's whole process group. The kill must not go through Slurm's own
 cancel: a `scancel` (or `--signal=KILL --full`) makes slurmstepd send TERM and wait `KillWait`
 before it kills, so a 60 s grace became 90 s. Should the job still run `KILL_FALLBACK_S` after
-its deadline (a wrapper that is not there), a plain `scancel` ends it the slow way. Without a
-grace (tier 3) a plain `scancel` at once. A stopped job is reported only when Slurm says it is
-gone (not while it is COMPLETING), so its GPUs are never handed out while its processes live.
+its deadline (a wrapper that is not there), a plain `scancel` ends it the slow way. The deadline
+is kept in `<job>.stop` too, so a control plane that restarts during the grace kills on time.
+Without a grace (tier 3) a plain `scancel` at once. A stopped job is reported only when Slurm
+says it is gone (not while it is COMPLETING), so its GPUs are never handed out while its
+processes live.
 
 Failures: a job that ends in `NODE_FAIL` (its node was set down, failed or lost its slurmd, even
 if `ReturnToService` brought the node back before any `sinfo` saw it down), or that failed while
@@ -196,6 +198,7 @@ class SlurmBackend:
         if old is not None and not old.stopping:
             raise InvalidInput(f"slurm backend: job {placement.job_id} already runs")
         self._exit_record(placement.job_id).unlink(missing_ok=True)
+        self._stop_record(placement.job_id).unlink(missing_ok=True)
         self._submit(placement)
 
     def _submit(self, placement: Placement) -> None:
@@ -244,6 +247,9 @@ class SlurmBackend:
             job.killed = True
             return
         job.kill_at = time.monotonic() + grace_s
+        # The deadline outlives this process: a control plane that restarts within the grace
+        # still kills the job on time (`_adopt`).
+        self._stop_record(job_id).write_text(f"{job.slurm_id} {time.time() + grace_s}\n")
         self._scancel(job.slurm_id, "--signal=TERM", "--full")
 
     def resize(self, placement: Placement) -> None:
@@ -255,6 +261,21 @@ class SlurmBackend:
         self.start(placement)
 
     def poll(self) -> list[Event]:
+        self._kill_due()
+        if time.monotonic() - self._last_query >= self.poll_interval_s:
+            self._last_query = time.monotonic()
+            try:
+                self._resend()
+                self._poll_nodes(time.time())
+                self._poll_jobs(time.time())
+            except SlurmError as e:
+                log.warning("slurm poll failed, will retry: %s", e)
+            self._kill_due()  # a deadline may have passed while Slurm answered
+        events, self._events = self._events, []
+        return events
+
+    def _kill_due(self) -> None:
+        """Kill each stopping job whose grace has run out (see the module docstring)."""
         now_mono = time.monotonic()
         for job in self._jobs.values():
             if job.kill_at is None:
@@ -266,16 +287,6 @@ class SlurmBackend:
             elif now_mono >= job.kill_at + KILL_FALLBACK_S:
                 self._scancel(job.slurm_id)
                 job.kill_at = None
-        if now_mono - self._last_query >= self.poll_interval_s:
-            self._last_query = now_mono
-            try:
-                self._resend()
-                self._poll_nodes(time.time())
-                self._poll_jobs(time.time())
-            except SlurmError as e:
-                log.warning("slurm poll failed, will retry: %s", e)
-        events, self._events = self._events, []
-        return events
 
     def running(self) -> list[Running]:
         out = [
@@ -363,6 +374,9 @@ class SlurmBackend:
     def _exit_record(self, job_id: str) -> Path:
         return self.dir / f"{job_id}.exit"
 
+    def _stop_record(self, job_id: str) -> Path:
+        return self.dir / f"{job_id}.stop"
+
     def _script(self, p: Placement) -> str:
         """The batch script: Arbiter's environment, then the command under a wrapper that
         waits for it (the notice, TERM, reaches the command from Slurm directly; the wrapper
@@ -401,6 +415,7 @@ class SlurmBackend:
                     self._check_placement(job, now)
                 continue
             del self._jobs[job.job_id]
+            self._stop_record(job.job_id).unlink(missing_ok=True)
             if job.stopping:
                 self._events.append(JobStopped(job.job_id, now))
             elif states and states <= {"COMPLETED"}:
@@ -519,7 +534,14 @@ class SlurmBackend:
         for row in rows:
             job_id = row.name[len(PREFIX) :]
             if row.state in _ACTIVE and job_id not in self._jobs:
-                self._jobs[job_id] = _Job(job_id, row.base_id, None)
+                job = self._jobs[job_id] = _Job(job_id, row.base_id, None)
+                try:
+                    slurm_id, deadline = self._stop_record(job_id).read_text().split()
+                    left = float(deadline) - time.time()
+                except (OSError, ValueError):
+                    continue
+                if slurm_id == row.base_id:  # being stopped: keep its kill deadline
+                    job.stopping, job.kill_at = True, time.monotonic() + left
 
     def _partition_args(self) -> list[str]:
         return [f"--partition={self.partition}"] if self.partition else []

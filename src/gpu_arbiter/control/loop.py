@@ -525,6 +525,8 @@ class ControlLoop:
             elif ended is not None:
                 self._requeue(tx, job_id, "stopped after preemption", at=ended.at)
                 continue
+            elif row["preempting"]:  # the backend still ends it at its deadline
+                why = "its preemption was under way at a restart: queued again"
             else:
                 why = (
                     f"its process was gone after a restart and {self.backend.name} does not "
