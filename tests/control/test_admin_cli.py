@@ -41,6 +41,25 @@ def test_teams_create_set_list_and_delete(live):
     assert out.returncode == 2 and "404" in out.stderr
 
 
+def test_a_teams_breaker_policy_and_webhook_pass_through_and_survive_a_set(live):
+    def team() -> dict:
+        rows = json.loads(ok(arbiter(live, ADMIN, "teams", "--json")))
+        return next(t for t in rows if t["name"] == "adm-brk")
+
+    ok(arbiter(live, ADMIN, "teams", "create", "adm-brk", "--breaker-policy", "flag",
+               "--webhook", "https://hooks.example.org/arbiter"))  # fmt: skip
+    assert (team()["breaker_policy"], team()["webhook_url"]) == (
+        "flag",
+        "https://hooks.example.org/arbiter",
+    )
+    ok(arbiter(live, ADMIN, "teams", "set", "adm-brk", "--weight", "2"))
+    assert team()["breaker_policy"] == "flag" and team()["webhook_url"]
+    ok(arbiter(live, ADMIN, "teams", "set", "adm-brk", "--webhook", "none"))
+    assert team()["webhook_url"] is None and team()["breaker_policy"] == "flag"
+    out = arbiter(live, ADMIN, "teams", "set", "adm-brk", "--breaker-policy", "explode")
+    assert out.returncode == 2 and "breaker_policy" in out.stderr
+
+
 def test_deleting_a_team_revokes_its_tokens_and_keeps_its_active_jobs(live):
     client = live.team("adm-busy", quota=1)
     job = client.post("/v1/jobs", json={"command": "sleep 60", "gpus": 1}).json()
