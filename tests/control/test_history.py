@@ -36,7 +36,8 @@ def db(request, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def history(db, tmp_path_factory):
-    """Run the jobs, export the history through the API; (file, database URL, server URL)."""
+    """Run the jobs, export the history through the API; (file, database URL, server URL, a
+    team's token)."""
     server = start_server(db, tmp_path_factory.mktemp("state"), "--min-grace", "1")
     c = Cluster(server)
     try:
@@ -60,7 +61,8 @@ def history(db, tmp_path_factory):
             "history", "export", "--url", server.url, "--token", ADMIN, "--out", str(out)
         )
         assert done.returncode == 0, done.stderr
-        yield out, db, server.url
+        team_token = teams["ads"].headers["Authorization"].removeprefix("Bearer ")
+        yield out, db, server.url, team_token
         for t in teams.values():
             t.close()
     finally:
@@ -73,7 +75,7 @@ def lines(path: Path) -> list[dict]:
 
 
 def test_the_export_holds_every_job_with_its_segments_and_what_was_in_force(history, tmp_path):
-    path, db, _ = history
+    path, db, _, _ = history
     header, *jobs = lines(path)
     assert (header["format"], header["version"]) == ("arbiter-history", 1)
     assert sorted(n["name"] for r in header["cluster"]["racks"] for n in r["nodes"]) == [
@@ -97,7 +99,7 @@ def test_the_export_holds_every_job_with_its_segments_and_what_was_in_force(hist
 
 
 def test_a_same_cluster_replay_reproduces_the_real_queueing(history, tmp_path):
-    path, _, _ = history
+    path, _, _, _ = history
     out = tmp_path / "bench"
     done = arbiter(
         "bench", "--trace", str(path), "--format", "arbiter", "--policies", "arbiter",
@@ -116,10 +118,11 @@ def test_a_same_cluster_replay_reproduces_the_real_queueing(history, tmp_path):
 
 
 def test_history_export_refuses_bad_input_in_one_line(history, tmp_path):
-    _, _, url = history
+    _, _, url, team_token = history
     for args in (
         ("--since", "last tuesday"),
         ("--token", "not-a-token"),
+        ("--token", team_token),  # the history is the admin's: every team's jobs
     ):
         done = arbiter("history", "export", "--url", url, "--token", ADMIN,
                        "--out", str(tmp_path / "h.jsonl"), *args)  # fmt: skip
@@ -129,7 +132,7 @@ def test_history_export_refuses_bad_input_in_one_line(history, tmp_path):
 
 
 def test_a_what_if_with_half_the_nodes_queues_more_for_the_same_work(history, tmp_path):
-    path, _, _ = history
+    path, _, _, _ = history
     half = tmp_path / "half.yaml"
     half.write_text(
         "name: half\nracks:\n  - name: r0\n    nodes:\n"
@@ -149,3 +152,10 @@ def test_a_what_if_with_half_the_nodes_queues_more_for_the_same_work(history, tm
         assert before["spend_by_team"][team] > 0 and after["spend_by_team"][team] > 0
     assert before["tco"]["cost_per_useful_gpu_hour"] > 0
     assert (out / "report.md").is_file() and (out / "queueing_by_team.png").stat().st_size > 0
+
+
+def test_an_offline_export_never_creates_an_empty_database(tmp_path):
+    done = arbiter("history", "export", "--db", str(tmp_path / "none.db"),
+                   "--out", str(tmp_path / "h.jsonl"))  # fmt: skip
+    assert done.returncode == 2 and "no such database file" in done.stderr
+    assert not (tmp_path / "none.db").exists() and not (tmp_path / "h.jsonl").exists()

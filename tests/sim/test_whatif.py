@@ -98,3 +98,17 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path: Path, args: tuple[str, 
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not (tmp_path / "w").exists()
+
+
+def test_simulate_replays_a_history_on_its_own_cluster_and_says_how_close_it_came() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "gpu_arbiter.cli", "simulate", "--trace", str(HISTORY),
+         "--format", "arbiter", "--cluster", "history", "--no-failures", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    kpis = json.loads(done.stdout)
+    assert (kpis["cluster"], kpis["gpus"], kpis["completed"]) == ("history", 24, 3)
+    fidelity = kpis["queueing_real_vs_replayed"]
+    assert fidelity["real"] == pytest.approx({"jobs": 3, "mean_s": 85 / 3, "p99_s": 78.5})
+    assert "queueing, real vs replayed: mean 28.3 s" in done.stderr

@@ -80,6 +80,8 @@ def _from_db(db: str, since: float | None, path: Path) -> int:
     from gpu_arbiter.control.history import history_ndjson
     from gpu_arbiter.control.store import open_database
 
+    if "://" not in db and not Path(db).expanduser().is_file():
+        raise InvalidInput(f"--db {db}: no such database file")  # never create an empty one
     engine = open_database(db)
     try:
         return _write(history_ndjson(engine, since), path)
