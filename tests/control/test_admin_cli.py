@@ -134,6 +134,8 @@ def test_jobs_show_logs_and_cancel_that_says_what_failed(live):
     done = client.post("/v1/jobs", json={"command": "echo hello from the job"}).json()
     wait_for(lambda: live.job(done["id"])["state"] == "completed")
     assert ok(arbiter(live, token, "logs", done["id"])) == "hello from the job\n"
+    as_json = json.loads(ok(arbiter(live, token, "logs", done["id"], "--json")))
+    assert as_json == {"id": done["id"], "log": "hello from the job\n"}
     shown = ok(arbiter(live, token, "jobs", "show", done["id"]))
     assert "completed" in shown and "echo hello from the job" in shown
     assert (

@@ -290,10 +290,14 @@ def logs(
     url: Url = DEFAULT_URL,
     token: Token = "",
     tail: Annotated[int, typer.Option(help="Print at most the last N bytes.", min=1)] = 65536,
+    as_json: Json = False,
 ) -> None:
     """A job's output, stdout and stderr together (the end of it, like `tail -c`)."""
     text = api(url, token, "GET", f"/v1/jobs/{job_id}/log", params={"tail": tail})
-    typer.echo(text, nl=not text or not text.endswith("\n"))
+    if as_json:
+        typer.echo(json.dumps({"id": job_id, "log": text}, indent=2))
+    else:
+        typer.echo(text, nl=not text or not text.endswith("\n"))
 
 
 def console() -> Console:
