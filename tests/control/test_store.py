@@ -112,29 +112,3 @@ def test_a_connection_the_database_dropped_is_replaced_before_the_next_batch(eng
     batch = [_submit(loop, f"k{i}") for i in range(3)]
     loop._commands(batch)
     assert [c.future.result()[0]["id"] for c in batch] == ["j1", "j2", "j3"]
-
-
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
-def test_a_database_made_before_the_breaker_columns_gets_them(kind, tmp_path):
-    from sqlalchemy import create_engine
-
-    from gpu_arbiter.control.store import database_url
-
-    for url in database(kind, tmp_path):
-        old = create_engine(database_url(url))
-        with old.begin() as conn:
-            conn.execute(
-                text(
-                    "CREATE TABLE teams (name VARCHAR(64) PRIMARY KEY, weight FLOAT, "
-                    "quota JSON, budget_per_period FLOAT)"
-                )
-            )
-            conn.execute(text("INSERT INTO teams VALUES ('t', 1.0, '{}', NULL)"))
-        old.dispose()
-        engine = open_database(url)
-        try:
-            with engine.connect() as conn:
-                row = conn.execute(text("SELECT * FROM teams")).mappings().one()
-            assert (row["breaker_policy"], row["webhook_url"]) == ("stop", None)
-        finally:
-            engine.dispose()

@@ -38,7 +38,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
 
-from gpu_arbiter.control.store import TABLES, Base, database_url
+from gpu_arbiter.control.schema import migrate
+from gpu_arbiter.control.store import TABLES, database_url
 from gpu_arbiter.domain import ArbiterError
 
 log = logging.getLogger("gpu_arbiter.lease")
@@ -149,11 +150,11 @@ class AdvisoryLock:
                 found = row.first()
                 conn.close()
                 return (Holder.parse(found.value) if found else None) or Holder(0, "?", "?")
+            migrate(self.engine)  # the leader makes the schema, or upgrades an older one
         except Exception:
-            conn.close()
+            conn.close()  # a refused (newer) schema lets go of the lock too
             raise
         value = asdict(me) | {"since": time.time()}
-        Base.metadata.create_all(self.engine)  # a fresh database: the leader makes the schema
         with self.engine.begin() as tx:
             done = tx.execute(
                 update(SETTINGS).where(SETTINGS.c.key == LEADER_KEY).values(value=value)

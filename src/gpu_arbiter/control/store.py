@@ -34,7 +34,6 @@ from sqlalchemy import (
     event,
     func,
     insert,
-    inspect,
     literal_column,
     select,
 )
@@ -188,8 +187,9 @@ def database_url(db: str) -> str:
 
 
 def open_database(db: str) -> Engine:
-    """Create the engine and the schema. SQLite gets WAL + synchronous=FULL + a busy timeout
-    (readers and the writer live in different threads)."""
+    """Create the engine and bring the schema to this release's (`schema.migrate`: created,
+    upgraded in place, or a newer one refused). SQLite gets WAL + synchronous=FULL + a busy
+    timeout (readers and the writer live in different threads)."""
     url = database_url(db)
     if url.startswith("sqlite"):
         engine = create_engine(
@@ -211,31 +211,10 @@ def open_database(db: str) -> Engine:
             raise InvalidInput(
                 f"--db {db!r}: PostgreSQL needs psycopg (pip install 'gpu-arbiter[postgres]'): {e}"
             ) from None
-    Base.metadata.create_all(engine)
-    _add_new_columns(engine)
+    from gpu_arbiter.control.schema import migrate  # alembic's revisions import this module
+
+    migrate(engine)
     return engine
-
-
-def _add_new_columns(engine: Engine) -> None:
-    """Add the columns a newer version declares to a database an older one created
-    (`create_all` makes missing tables only). Such a column is nullable or has a server
-    default, so the rows already there stay valid."""
-    tables = inspect(engine)
-    with engine.begin() as conn:
-        for table in Base.metadata.sorted_tables:
-            if not tables.has_table(table.name):
-                continue
-            have = {c["name"] for c in tables.get_columns(table.name)}
-            for column in table.columns:
-                if column.name in have:
-                    continue
-                kind = column.type.compile(dialect=engine.dialect)
-                default = ""
-                if column.server_default is not None:
-                    default = f" DEFAULT '{column.server_default.arg}'"
-                conn.exec_driver_sql(
-                    f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}{default}'
-                )
 
 
 TABLES = Base.metadata.tables

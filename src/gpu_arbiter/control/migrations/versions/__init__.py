@@ -1,0 +1,1 @@
+"""One file per schema revision, oldest first (alembic reads them; see `control.schema`)."""
