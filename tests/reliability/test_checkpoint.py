@@ -133,3 +133,15 @@ def test_give_back_makes_a_node_a_spare_again_once():
     pool.give_back(spare)
     with pytest.raises(InvalidInput):
         pool.give_back(spare)
+
+
+def test_a_save_at_the_end_is_never_dated_after_it_by_rounding():
+    seg = RunSegment(
+        started_at=262142.95989848778,
+        rate=0.0,
+        progress_at_start=0.0,
+        checkpoint_interval_s=None,
+        restore_s=1.5658316675863944,
+    )
+    at = seg.started_at + 524290.0
+    assert seg.lost_work(at, saved=True).checkpoint_at <= at

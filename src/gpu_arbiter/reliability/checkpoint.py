@@ -73,8 +73,11 @@ class RunSegment:
             lost_s=self.rate * (productive - kept_wall),
             useful_wall_s=kept_wall,
             lost_wall_s=productive - kept_wall,
+            # Never past `at`: start + restore + kept can round one ulp beyond it.
             checkpoint_at=(
-                self.started_at + self.restore_s + kept_wall if kept_wall else self.started_at
+                min(at, self.started_at + self.restore_s + kept_wall)
+                if kept_wall
+                else self.started_at
             ),
         )
 
