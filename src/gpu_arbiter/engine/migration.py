@@ -45,7 +45,7 @@ from gpu_arbiter.domain import MILLI, Allocation, Job, JobKind, Tier
 from gpu_arbiter.engine.backfill import Reservation, fits_before, may_take
 
 if TYPE_CHECKING:
-    from gpu_arbiter.engine.scheduler import Scheduler
+    from gpu_arbiter.engine.policy import SchedulerView
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +145,7 @@ def never_worth(
     return max(keep * x / rate_now - move(x) for x in ends) < 0
 
 
-def movable(sched: Scheduler, job: Job, now: float, rules: MoveRules) -> bool:
+def movable(sched: SchedulerView, job: Job, now: float, rules: MoveRules) -> bool:
     return (
         int(job.tier) in rules.tiers + rules.noticed_tiers
         and job.tier != Tier.CORE
@@ -160,7 +160,7 @@ def movable(sched: Scheduler, job: Job, now: float, rules: MoveRules) -> bool:
 
 
 def candidate_moves(
-    sched: Scheduler, now: float, rules: MoveRules, free: dict[str, int]
+    sched: SchedulerView, now: float, rules: MoveRules, free: dict[str, int]
 ) -> list[Move]:
     """Every worthwhile move of a running job onto a type with enough `free` GPUs now (before
     placement, which may still fail on topology or power). A target `never_worth` rules out
@@ -219,7 +219,7 @@ def candidate_moves(
 
 
 def plan_and_move(
-    sched: Scheduler,
+    sched: SchedulerView,
     now: float,
     reservations: dict[str, Reservation],
     rules: MoveRules | None = None,

@@ -4,18 +4,84 @@ Each policy is one class in `engine/policies/`, overriding only what differs: ho
 are grouped and walked (ordering), which placement strategy it uses, whether it borrows and
 reclaims quota, preempts, backfills with reservations, resizes elastic jobs, or chooses between
 GPU types. The scheduler runs the same cycle for all of them.
+
+Policies (and the step modules `engine.migration` and `engine.typechoice` they call) see the
+scheduler through `SchedulerView`: the members they may read or call, never its private state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Hashable, Iterator, Mapping
+from enum import StrEnum
+from typing import TYPE_CHECKING, Protocol
 
-from gpu_arbiter.domain import Job, Tier
+from gpu_arbiter.domain import Allocation, Cluster, Job, Tier
 from gpu_arbiter.domain.errors import InvalidInput
 
 if TYPE_CHECKING:
-    from gpu_arbiter.engine.scheduler import Scheduler
+    from sortedcontainers import SortedList
+
+    from gpu_arbiter.engine.backfill import Reservation
+    from gpu_arbiter.engine.capacity import CapacityIndex
+    from gpu_arbiter.engine.config import EngineConfig
+    from gpu_arbiter.engine.fairshare import FairShare
+    from gpu_arbiter.engine.ordering import PendingQueue
+
+
+class Placement(StrEnum):
+    PACK = "pack"  # best fit
+    SPREAD = "spread"
+
+
+class Backfill(StrEnum):
+    RESERVE = "reserve"  # EASY: a blocked job reserves, later jobs backfill around it
+    GREEDY = "greedy"  # anything that fits starts
+    NONE = "none"  # strict order: the walk stops at the first blocked job
+
+
+class Heterogeneity(StrEnum):
+    SMART = "smart"  # S7: may choose a slower type when the fast one is wanted by pinned jobs
+    ANY = "any"  # the accepted types in the policy's order, first that fits
+
+
+class SchedulerView(Protocol):
+    """What a policy may read of the scheduler and ask of it: the queue, the running indexes,
+    capacity and books (to read), estimates and dry runs (`types_by_speed`, `est_runtime`,
+    `shadow_time`, `preemption_wait`), and the moves a round-based or migrating policy makes
+    (`preempt`, `move`, `notice_stop`, `rule_out_move`)."""
+
+    cluster: Cluster
+    cfg: EngineConfig
+    index: CapacityIndex
+    queue: PendingQueue
+    fair: FairShare
+    running: dict[str, Job]
+    running_by_type: dict[str, dict[str, Job]]
+    running_by_tier: dict[tuple[str, int], dict[str, Job]]
+    ends_by_type: dict[str, SortedList]
+    slower_than: dict[str, dict[str, Job]]
+    pending_stops: Mapping[str, object]
+    hold_of: Mapping[str, str]
+
+    def types_by_speed(self, job: Job) -> list[str]: ...
+    def faster_types(self, job: Job) -> list[str]: ...
+    def speed(self, job: Job, gpu_type: str) -> float | None: ...
+    def est_runtime(self, job: Job, gpu_type: str, n: int) -> float: ...
+    def admissible(self, job: Job, gpu_type: str, n: int) -> bool: ...
+    def shadow_time(self, gpu_type: str, n: int, now: float) -> float: ...
+    def preemption_wait(self, job: Job, gpu_type: str, n: int, now: float) -> float | None: ...
+    def notice_s(self, grace: float) -> float: ...
+    def notice_of_tier(self, tier: int) -> float: ...
+    def find_for(
+        self, job: Job, gpu_type: str, n: int, res: Reservation | None = None, strict: bool = False
+    ) -> Allocation | None: ...
+    def preempt(self, job: Job, now: float, reason: str, for_job: str | None = None) -> None: ...
+    def move(self, job: Job, alloc: Allocation, now: float, reason: str) -> None: ...
+    def notice_stop(
+        self, job: Job, grace_s: float, reason: str, for_job: str | None = None
+    ) -> None: ...
+    def rule_out_move(self, job: Job, gpu_type: str) -> None: ...
+
 
 # The tiers below each tier, lowest (the cheapest victims) first.
 _LOWER_TIERS = {1: (3, 2), 2: (3,), 3: ()}
@@ -23,12 +89,12 @@ _LOWER_TIERS = {1: (3, 2), 2: (3,), 3: ()}
 
 class Policy:
     name = "base"
-    placement = "pack"  # "pack" (best fit) or "spread"
+    placement = Placement.PACK
     quotas = True  # S2: track guarantees, let tier 1 borrow only from the pool, reclaim
     preemption = True
-    backfill = "reserve"  # "reserve" (EASY), "greedy" (anything that fits), "none" (FIFO)
+    backfill = Backfill.RESERVE
     elastic = True  # S8
-    heterogeneity = "smart"  # S7: "smart" may choose a slower type; "first": first listed type
+    heterogeneity = Heterogeneity.SMART
     tiers = True  # grace per tier; baselines that ignore tiers stop everything at once
     # Whether the policy suspends jobs by having them save: round-based schedulers (Tiresias,
     # Gavel) checkpoint a job when its lease ends, by design, so it keeps all its progress; the
@@ -58,10 +124,10 @@ class Policy:
     def rank_key(self, job: Job) -> tuple:
         return (job.spec.submit_s,)
 
-    def ordered(self, sched: Scheduler, now: float) -> Iterator[Job]:
+    def ordered(self, sched: SchedulerView, now: float) -> Iterator[Job]:
         return sched.queue.fair_by_tier(sched.fair.share)
 
-    def may_preempt(self, sched: Scheduler, job: Job, victim: Job, within_quota: bool) -> bool:
+    def may_preempt(self, sched: SchedulerView, job: Job, victim: Job, within_quota: bool) -> bool:
         if victim.tier == 1 or victim.team == job.team and victim.tier <= job.tier:
             return False
         if victim.borrowed and within_quota and victim.team != job.team:
@@ -87,14 +153,14 @@ class Policy:
         return (3, 2) if within_quota or job.borrows_at_tier2 else _LOWER_TIERS[job.tier]
 
     def victim_min_run(
-        self, sched: Scheduler, job: Job, gpu_type: str, within_quota: bool
+        self, sched: SchedulerView, job: Job, gpu_type: str, within_quota: bool
     ) -> float:
         """How long (by its walltime estimate) a job of a `victim_tiers` tier starting on the
         type must be expected to run for `may_preempt` ever to let the job stop it: a job with
         no victims there now wakes only for such starts (`Scheduler._hopeless`). 0: any."""
         return 0.0
 
-    def preempt_key(self, sched: Scheduler, job: Job, gpu_type: str) -> Hashable:
+    def preempt_key(self, sched: SchedulerView, job: Job, gpu_type: str) -> Hashable:
         """What decides whom `may_preempt` lets the job stop on the type, beyond the fields of
         `Scheduler.preempt_sig` (shape, tier, quota standing, team) and the victims' own state:
         jobs that agree on both find the same victims, so a failed search stands for them all.
@@ -107,7 +173,7 @@ class Policy:
         return None
 
     def may_have_victims(
-        self, sched: Scheduler, job: Job, gpu_type: str, within_quota: bool
+        self, sched: SchedulerView, job: Job, gpu_type: str, within_quota: bool
     ) -> bool:
         """Cheap test before building the victim list: is anything of a tier `victim_tiers`
         names running on the type? (A tier-3 job over its quota has none: it only waits.)"""
@@ -117,25 +183,25 @@ class Policy:
                 return True
         return False
 
-    def candidate_types(self, sched: Scheduler, job: Job) -> list[str]:
+    def candidate_types(self, sched: SchedulerView, job: Job) -> list[str]:
         return sched.types_by_speed(job)
 
-    def types_when_hopeless(self, sched: Scheduler, job: Job) -> list[str] | None:
+    def types_when_hopeless(self, sched: SchedulerView, job: Job) -> list[str] | None:
         """`candidate_types` for a job that can start nowhere (`Scheduler._hopeless`), the
         common failed try of a long queue: with no accepted type free enough there is nothing
         to choose between, so a policy whose type choice is costly may answer without it.
         None where only `candidate_types` can say."""
         return self.candidate_types(sched, job)
 
-    def before_cycle(self, sched: Scheduler, now: float) -> None:
+    def before_cycle(self, sched: SchedulerView, now: float) -> None:
         """Round-based policies re-plan here (and may preempt through `sched.preempt`)."""
 
-    def after_walk(self, sched: Scheduler, now: float, reservations: dict) -> None:
+    def after_walk(self, sched: SchedulerView, now: float, reservations: dict) -> None:
         """After a full walk of the pending jobs: a policy may move running jobs onto GPUs the
         walk left free (see `engine.migration`), honouring the walk's backfill `reservations`
         (GPU type -> `Reservation`)."""
 
-    def next_wakeup(self, sched: Scheduler, now: float) -> float | None:
+    def next_wakeup(self, sched: SchedulerView, now: float) -> float | None:
         return None
 
 

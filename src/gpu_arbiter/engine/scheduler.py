@@ -48,7 +48,7 @@ from gpu_arbiter.engine.fairshare import FairShare
 from gpu_arbiter.engine.memo import HOPELESS, RUN_BANDS, TIERS, FailureMemo, Stamps
 from gpu_arbiter.engine.ordering import PendingQueue
 from gpu_arbiter.engine.placement import gpus_to_mask
-from gpu_arbiter.engine.policy import Policy, get_policy
+from gpu_arbiter.engine.policy import Backfill, Policy, get_policy
 from gpu_arbiter.engine.preemption.eligibility import Eligibility
 from gpu_arbiter.engine.preemption.grace import Notices
 from gpu_arbiter.engine.preemption.plan import PreemptionStep
@@ -154,7 +154,7 @@ class Scheduler(
         self._place_failed = FailureMemo()
         # EASY: read for every blocked job. Only such a policy reads walltime estimates (it
         # ranks victims by them too, `victim_options`).
-        self._reserves = self.policy.backfill == "reserve"
+        self._reserves = self.policy.backfill == Backfill.RESERVE
         self._preempt_failed = FailureMemo()
         for n in cluster.nodes:
             if n.gpus:

@@ -34,12 +34,14 @@ from typing import TYPE_CHECKING
 from gpu_arbiter.domain import Job, Tier
 
 if TYPE_CHECKING:
-    from gpu_arbiter.engine.scheduler import Scheduler
+    from gpu_arbiter.engine.policy import SchedulerView
 
 SLACK = 1.1  # a type within 10 % of the best eta is as good as the best
 
 
-def wait_for(sched: Scheduler, job: Job, gpu_type: str, n: int, now: float) -> tuple[float, bool]:
+def wait_for(
+    sched: SchedulerView, job: Job, gpu_type: str, n: int, now: float
+) -> tuple[float, bool]:
     """(expected wait, whether it comes from preempting) for `n` GPUs of `gpu_type`."""
     free = sched.index.type_free[gpu_type]
     if free >= n:
@@ -51,7 +53,7 @@ def wait_for(sched: Scheduler, job: Job, gpu_type: str, n: int, now: float) -> t
     return by_ends, False
 
 
-def patient_types(sched: Scheduler, job: Job, types: list[str], now: float) -> list[str]:
+def patient_types(sched: SchedulerView, job: Job, types: list[str], now: float) -> list[str]:
     """`types` (in the policy's order), cut to those worth trying now (see the module doc)."""
     if len(types) < 2 or job.spec.walltime_s is None:
         return types

@@ -15,6 +15,7 @@ from gpu_arbiter.engine.backfill import Reservation, fits_before, may_take
 from gpu_arbiter.engine.context import CycleContext
 from gpu_arbiter.engine.elastic import start_sizes
 from gpu_arbiter.engine.placement import Request, place
+from gpu_arbiter.engine.policy import Backfill, Heterogeneity
 
 
 class Walk:
@@ -22,7 +23,7 @@ class Walk:
 
     def _candidate_types(self, job: Job) -> list[str]:
         types = self.policy.candidate_types(self, job)
-        if self.policy.heterogeneity != "smart" or len(types) < 2:
+        if self.policy.heterogeneity != Heterogeneity.SMART or len(types) < 2:
             return types
         fastest, n = types[0], job.spec.elastic_range[0]
         free, pinned = self.index.type_free, self.queue.pinned
@@ -148,7 +149,7 @@ class Walk:
         time alone can change it (by what it was blocked on, or by what can end its `hopeless`
         wait)."""
         self._note_blocked(types, n, ctx)
-        if self.policy.backfill == "none":
+        if self.policy.backfill == Backfill.NONE:
             ctx.stop = True
         elif self._reserves and types:
             t = ctx.wait_on or types[0]

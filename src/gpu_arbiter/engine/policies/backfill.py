@@ -6,7 +6,7 @@ respects the first blocked job's reservation. No preemption, no borrowing or rec
 elastic resizing, no choice of a slower GPU type.
 """
 
-from gpu_arbiter.engine.policy import Policy
+from gpu_arbiter.engine.policy import Heterogeneity, Policy
 
 
 class BackfillPolicy(Policy):
@@ -14,4 +14,4 @@ class BackfillPolicy(Policy):
     quotas = False
     preemption = False
     elastic = False
-    heterogeneity = "any"
+    heterogeneity = Heterogeneity.ANY

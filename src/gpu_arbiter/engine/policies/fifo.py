@@ -2,17 +2,17 @@
 spread placement (the naive default of many clusters). A lower bound to compare against."""
 
 from gpu_arbiter.domain import Job
-from gpu_arbiter.engine.policy import Policy
+from gpu_arbiter.engine.policy import Backfill, Heterogeneity, Placement, Policy
 
 
 class FifoPolicy(Policy):
     name = "fifo"
-    placement = "spread"
+    placement = Placement.SPREAD
     quotas = False
     preemption = False
-    backfill = "none"
+    backfill = Backfill.NONE
     elastic = False
-    heterogeneity = "any"
+    heterogeneity = Heterogeneity.ANY
     tiers = False
     incremental = False
 

@@ -37,7 +37,7 @@ import numpy as np
 
 from gpu_arbiter.domain import Job, JobState
 from gpu_arbiter.engine.policies.gavel_lp import max_min_allocation
-from gpu_arbiter.engine.policy import Policy
+from gpu_arbiter.engine.policy import Backfill, Heterogeneity, Policy
 
 ROUND_S = 360.0
 RESET_INTERVAL_S = 1920.0  # Gavel's `minimum_time_between_allocation_resets`
@@ -48,9 +48,9 @@ class GavelPolicy(Policy):
     name = "gavel"
     quotas = False
     preemption = False
-    backfill = "greedy"
+    backfill = Backfill.GREEDY
     elastic = False
-    heterogeneity = "any"
+    heterogeneity = Heterogeneity.ANY
     tiers = False
     incremental = False
     suspend_saves = True

@@ -14,7 +14,7 @@ import bisect
 import math
 
 from gpu_arbiter.domain import Job
-from gpu_arbiter.engine.policy import Policy
+from gpu_arbiter.engine.policy import Backfill, Heterogeneity, Policy
 
 # Queue thresholds in GPU-seconds: < 1 GPU-hour, < 10 GPU-hours, the rest.
 THRESHOLDS = (3600.0, 36_000.0)
@@ -27,9 +27,9 @@ def queue_of(job: Job) -> int:
 class TiresiasPolicy(Policy):
     name = "tiresias"
     quotas = False
-    backfill = "greedy"
+    backfill = Backfill.GREEDY
     elastic = False
-    heterogeneity = "any"
+    heterogeneity = Heterogeneity.ANY
     tiers = False
     incremental = False
     suspend_saves = True
