@@ -36,7 +36,6 @@ from __future__ import annotations
 import numpy as np
 
 from gpu_arbiter.domain import Job, JobState
-from gpu_arbiter.engine.policies.gavel_lp import max_min_allocation
 from gpu_arbiter.engine.policy import Backfill, Heterogeneity, Policy
 
 ROUND_S = 360.0
@@ -157,6 +156,10 @@ class GavelPolicy(Policy):
                 for j in runs
             ]
         ).reshape(len(runs), len(types))
+        # Imported here: scipy takes the better part of a second to load, and only this policy
+        # needs it (every other policy, the simulator and the live service import this module).
+        from gpu_arbiter.engine.policies.gavel_lp import max_min_allocation
+
         x = max_min_allocation(
             throughput, [j.spec.gpus for j in runs], [capacity[t] for t in types]
         )
