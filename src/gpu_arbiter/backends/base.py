@@ -26,6 +26,8 @@ class Placement:
     env: Mapping[str, str] = field(default_factory=dict)
     team: str = ""
     tier: int = 3
+    run_as: str | None = None  # the team's unix user (None: the executor's own)
+    walltime_s: float | None = None  # the user's estimate of the job's run time, if any
 
 
 @dataclass(frozen=True, slots=True)

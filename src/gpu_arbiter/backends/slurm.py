@@ -46,18 +46,27 @@ node becomes `NodeDown` (with Slurm's reason), and back in service `NodeUp`. `in
 `scontrol show node` and `scontrol show topology` into the nodes Arbiter registers.
 
 Jobs are named `arbiter-<job id>`, so a new backend (after a control-plane restart) adopts the
-jobs Slurm still runs from `squeue` alone.
+jobs Slurm still runs from `squeue` alone, whichever user they run as.
+
+Identities and shape (slurm_shape.py): a team's jobs run as its `run_as` user (`sbatch
+--uid/--gid` when Arbiter runs as root; an unknown user, or another user while Arbiter is not
+root, is a `JobLaunchFailed` naming it) and carry its `--account`, CPUs, memory and extra
+arguments, and `--time` from the walltime estimate. Slurm opens a job's log as the job's user,
+so the log and exit record are created for that user beforehand: the jobs folder and its
+parents must be traversable (`x`) by the teams' users.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
+import pwd
 import re
 import shlex
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +82,7 @@ from gpu_arbiter.backends.slurm_inventory import (
     parse_squeue,
     parse_topology,
 )
+from gpu_arbiter.backends.slurm_shape import SlurmSettings
 from gpu_arbiter.domain import ArbiterError, Event, InvalidInput, JobFinished, JobStopped
 from gpu_arbiter.domain.events import (
     JobFailed,
@@ -161,8 +171,7 @@ class SlurmBackend:
         state_dir: str | Path,
         partition: str | None = None,
         poll_interval_s: float = 2.0,
-        cpus_per_gpu: int | None = None,
-        extra_sbatch_args: Sequence[str] = (),
+        settings: SlurmSettings | None = None,
         slurm_conf: str | None = None,
         timeout_s: float = 30.0,
     ) -> None:
@@ -170,14 +179,11 @@ class SlurmBackend:
             raise InvalidInput(
                 f"slurm backend: poll_interval_s must be >= 0, got {poll_interval_s}"
             )
-        if cpus_per_gpu is not None and cpus_per_gpu < 1:
-            raise InvalidInput(f"slurm backend: cpus_per_gpu must be >= 1, got {cpus_per_gpu}")
         self.dir = Path(state_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.partition = partition
         self.poll_interval_s = poll_interval_s
-        self.cpus_per_gpu = cpus_per_gpu
-        self.extra_sbatch_args = tuple(extra_sbatch_args)
+        self.settings = settings or SlurmSettings()
         self.timeout_s = timeout_s
         self._env = dict(os.environ)
         if slurm_conf is not None:
@@ -188,6 +194,7 @@ class SlurmBackend:
         self._node_fault: dict[str, bool] = {}
         self._last_query = -float("inf")
         self._adopt()
+        self._check_foreign()
 
     # -- the Backend interface -------------------------------------------------------------
 
@@ -204,9 +211,18 @@ class SlurmBackend:
     def _submit(self, placement: Placement) -> None:
         job_id = placement.job_id
         try:
+            owner = self._owner(placement)
+        except InvalidInput as e:
+            self._events.append(JobLaunchFailed(job_id, time.time(), str(e)))
+            return
+        if owner is not None:  # Slurm opens these as the job's user
+            for path in (self.log_path(job_id), self._exit_record(job_id)):
+                path.touch(mode=0o600)
+                os.chown(path, owner.pw_uid, owner.pw_gid)
+        try:
             out = self._run(
-                ["sbatch", "--parsable", *self._sbatch_args(placement)],
-                stdin=self._script(placement),
+                ["sbatch", "--parsable", *self._sbatch_args(placement, owner)],
+                stdin=self._script(placement, owner is not None),
             )
         except SlurmError as e:
             if e.transient:
@@ -339,7 +355,28 @@ class SlurmBackend:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _sbatch_args(self, p: Placement) -> list[str]:
+    def _owner(self, p: Placement) -> pwd.struct_passwd | None:
+        """The user a job is submitted as, when not Arbiter's own (`--uid`, root only)."""
+        if not p.run_as:
+            return None
+        try:
+            user = pwd.getpwnam(p.run_as)
+        except KeyError:
+            raise InvalidInput(
+                f"slurm backend: team {p.team!r} runs as {p.run_as!r}, which is no user here"
+            ) from None
+        if user.pw_uid == os.geteuid():
+            return None
+        if os.geteuid() != 0:
+            raise InvalidInput(
+                f"slurm backend: cannot submit team {p.team!r}'s job as {p.run_as!r}: "
+                "Arbiter must run as root to submit as another user"
+            )
+        return user
+
+    def _sbatch_args(self, p: Placement, owner: pwd.struct_passwd | None = None) -> list[str]:
+        """sbatch's arguments for `p`, submitted as `owner` (None: Arbiter's own user)."""
+        shape = self.settings.shape(p.team)
         common = [
             f"--job-name={PREFIX}{p.job_id}",
             f"--output={self.log_path(p.job_id)}",
@@ -351,14 +388,23 @@ class SlurmBackend:
             common.append(f"--partition={self.partition}")
         if p.team:
             common.append(f"--comment=team={p.team} tier={p.tier}")
-        common.extend(self.extra_sbatch_args)
+        if owner is not None:
+            common += [f"--uid={owner.pw_uid}", f"--gid={owner.pw_gid}"]
+        if shape.account:
+            common.append(f"--account={shape.account}")
+        if p.walltime_s is not None:
+            minutes = math.ceil((p.walltime_s + self.settings.time_margin) / 60)
+            common.append(f"--time={minutes}")
+        common.extend(shape.extra_sbatch_args)
         gtype = p.gpu_type.lower()
 
         def component(nodes: list[str], n: int) -> list[str]:
             args = [f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}"]
             args.append(f"--gres=gpu:{gtype}:{n}")
-            if self.cpus_per_gpu:
-                args.append(f"--cpus-per-gpu={self.cpus_per_gpu}")
+            if shape.cpus_per_gpu:
+                args.append(f"--cpus-per-gpu={shape.cpus_per_gpu}")
+            if shape.mem_per_gpu:
+                args.append(f"--mem-per-gpu={shape.mem_per_gpu}")
             return args
 
         counts = {len(g) for g in p.gpus_by_node.values()}
@@ -377,18 +423,21 @@ class SlurmBackend:
     def _stop_record(self, job_id: str) -> Path:
         return self.dir / f"{job_id}.stop"
 
-    def _script(self, p: Placement) -> str:
+    def _script(self, p: Placement, as_other_user: bool = False) -> str:
         """The batch script: Arbiter's environment, then the command under a wrapper that
         waits for it (the notice, TERM, reaches the command from Slurm directly; the wrapper
         only defers it), SIGKILLs the job's whole process group, itself included, on USR2 (the
         deadline, see the module docstring) and writes the exit record either way.
         CUDA_VISIBLE_DEVICES is Slurm's; the script is sent on stdin, so the job token never
-        appears on a command line or in a file outside Slurm's spool."""
+        appears on a command line or in a file outside Slurm's spool. A job of another user
+        writes its exit record in place (the file is its own, the folder is not)."""
         env = {**p.env, "ARBITER_JOB_ID": p.job_id, "ARBITER_BACKEND": "slurm"}
         record = shlex.quote(str(self._exit_record(p.job_id)))
         lines = ["#!/bin/sh"]
         lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
         write = f'echo "$rc $(date +%s)" > {record}.tmp && mv {record}.tmp {record}'
+        if as_other_user:
+            write = f'echo "$rc $(date +%s)" > {record}'
         lines += [
             "trap : TERM",
             f"trap 'rc=137; {write}; kill -KILL 0' USR2",
@@ -480,9 +529,34 @@ class SlurmBackend:
             else:
                 self._events.append(NodeUp(name, now))
 
-    def _squeue(self, *args: str) -> list[SlurmJob]:
-        out = self._run(["squeue", "--me", "-h", "-t", "all", "-o", "%i|%T|%j|%N", *args])
-        return [r for r in parse_squeue(out) if r.name.startswith(PREFIX)]
+    def _squeue(self, *args: str, ours: bool = True) -> list[SlurmJob]:
+        """The partition's jobs (every user's: teams' jobs run as their users), Arbiter's
+        only unless `ours` is False."""
+        out = self._run(
+            ["squeue", "-h", "-t", "all", "-o", "%i|%T|%j|%N", *self._partition_args(), *args]
+        )
+        return [r for r in parse_squeue(out) if r.name.startswith(PREFIX) == ours]
+
+    def _check_foreign(self) -> None:
+        """Warn, or refuse to start (`foreign-jobs = "refuse"`), when jobs Arbiter did not
+        submit hold or wait for the partition's GPUs, which the engine counts as free."""
+        try:
+            rows = [r for r in self._squeue(ours=False) if r.state in _ACTIVE]
+        except SlurmError as e:
+            log.warning("slurm: cannot list the partition's jobs: %s", e)
+            return
+        if not rows:
+            return
+        where = f"partition {self.partition}" if self.partition else "the cluster"
+        shown = ", ".join(f"{r.base_id} ({r.name}, {r.state})" for r in rows[:5])
+        more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
+        message = (
+            f"slurm backend: {len(rows)} job(s) Arbiter did not submit are in {where}: "
+            f"{shown}{more}; Arbiter counts their GPUs as free"
+        )
+        if self.settings.foreign_jobs == "refuse":
+            raise InvalidInput(message + ' (foreign-jobs = "refuse")')
+        log.warning("%s", message)
 
     def _ended(self, job_id: str, state: str, code: int, end: float) -> Event:
         if state == "COMPLETED" and code == 0:

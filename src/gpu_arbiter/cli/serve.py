@@ -99,6 +99,13 @@ def serve(
     slurm_partition: Annotated[
         str | None, typer.Option("--slurm-partition", help="Slurm partition Arbiter owns.")
     ] = None,
+    slurm_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--slurm-config",
+            help="TOML file of the teams' Slurm accounts and job shape (docs/deployment.md).",
+        ),
+    ] = None,
     kubeconfig: Annotated[
         str | None,
         typer.Option(help="kubeconfig file (default: in-cluster config, then ~/.kube/config)."),
@@ -192,8 +199,10 @@ def serve(
     executor: Any = None
     if backend == "slurm":
         from gpu_arbiter.backends.slurm import SlurmBackend
+        from gpu_arbiter.backends.slurm_shape import load
 
-        executor = SlurmBackend(state_dir / "jobs", partition=slurm_partition)
+        settings = load(opts.slurm_config) if opts.slurm_config is not None else None
+        executor = SlurmBackend(state_dir / "jobs", partition=slurm_partition, settings=settings)
     elif backend == "kubernetes":
         from gpu_arbiter.backends.kubernetes import KubernetesBackend
 

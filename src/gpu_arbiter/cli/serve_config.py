@@ -26,7 +26,7 @@ from gpu_arbiter.domain import InvalidInput
 # Options that are about the command itself, not the service it runs.
 NOT_CONFIG = {"config", "print_config_reference"}
 # Options given as paths: relative ones in the file are taken from the file's folder.
-PATHS = {"state_dir", "reports", "kubeconfig"}
+PATHS = {"state_dir", "reports", "kubeconfig", "slurm_config"}
 
 
 def _key(name: str) -> str:
@@ -90,6 +90,12 @@ class ServeConfig(BaseModel):
     )
     slurm_partition: str | None = Field(
         None, description="Slurm partition Arbiter owns (backend `slurm`)."
+    )
+    slurm_config: Path | None = Field(
+        None,
+        description="TOML file of the teams' Slurm accounts, CPUs, memory and extra sbatch "
+        "arguments per GPU, the `--time` margin and what to do about jobs Arbiter did not "
+        "submit (backend `slurm`; docs/deployment.md).",
     )
     kubeconfig: str | None = Field(
         None,

@@ -791,6 +791,7 @@ class ControlLoop:
             env=self._job_env(job_id, live, job.tier),
             team=job.team,
             tier=int(job.tier),
+            walltime_s=live.spec.walltime_s,
         )
         return values, placement
 
