@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import pwd
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -81,13 +83,19 @@ def test_a_job_of_another_user_is_submitted_with_its_uid_and_gid(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("only root submits as another user")
     nobody = pwd.getpwnam("nobody")
-    b = _backend(tmp_path)
-    p = Placement("j5", "true", {"node1": (0,)}, "H100", team="vision", run_as="nobody")
-    args = b._sbatch_args(p, b._owner(p))
+    # The user must reach its log: not under pytest's own folders, which are root's 0700.
+    reachable = Path(tempfile.mkdtemp(prefix="arbiter-slurm-shape-", dir="/tmp"))
+    reachable.chmod(0o711)
+    try:
+        b = _backend(reachable)
+        p = Placement("j5", "true", {"node1": (0,)}, "H100", team="vision", run_as="nobody")
+        args = b._sbatch_args(p, b._owner(p))
+        own = Placement("j6", "true", {"node1": (0,)}, "H100", run_as=pwd.getpwuid(0).pw_name)
+        assert b._owner(own) is None  # its own user: no --uid
+    finally:
+        shutil.rmtree(reachable)
     assert _value(args, "--uid") == [str(nobody.pw_uid)]
     assert _value(args, "--gid") == [str(nobody.pw_gid)]
-    own = Placement("j6", "true", {"node1": (0,)}, "H100", run_as=pwd.getpwuid(0).pw_name)
-    assert b._owner(own) is None  # its own user: no --uid
 
 
 def test_an_unknown_user_fails_the_launch_with_one_line_naming_it(tmp_path):
@@ -130,3 +138,15 @@ def test_the_settings_file_is_read_with_its_teams(tmp_path):
     settings = load(path)
     assert settings.foreign_jobs == "refuse"
     assert settings.shape("vision").account == "vision"
+
+
+def test_a_user_that_cannot_reach_the_jobs_folder_fails_the_launch_naming_the_folder(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("only root submits as another user")
+    tmp_path.chmod(0o700)
+    b = _backend(tmp_path)
+    b.start(Placement("j8", "true", {"node1": (0,)}, "H100", team="vision", run_as="nobody"))
+    [failed] = b.poll()
+    assert isinstance(failed, JobLaunchFailed)
+    assert f"{tmp_path} is closed to it" in failed.reason
+    assert not b.log_path("j8").exists()

@@ -64,6 +64,7 @@ import os
 import pwd
 import re
 import shlex
+import stat
 import subprocess
 import time
 from collections.abc import Callable
@@ -372,6 +373,11 @@ class SlurmBackend:
                 f"slurm backend: cannot submit team {p.team!r}'s job as {p.run_as!r}: "
                 "Arbiter must run as root to submit as another user"
             )
+        if blocked := _untraversable(self.dir, user):
+            raise InvalidInput(
+                f"slurm backend: team {p.team!r}'s user {p.run_as!r} cannot reach its log in "
+                f"{self.dir}: {blocked} is closed to it (chmod o+x, docs/deployment.md)"
+            )
         return user
 
     def _sbatch_args(self, p: Placement, owner: pwd.struct_passwd | None = None) -> list[str]:
@@ -646,6 +652,23 @@ class SlurmBackend:
                 transient=bool(_TRANSIENT.search(err)),
             )
         return res.stdout
+
+
+def _untraversable(folder: Path, user: pwd.struct_passwd) -> Path | None:
+    """The first of `folder` and its parents that `user` may not enter (Slurm opens the job's
+    log there as that user), or None."""
+    groups = set(os.getgrouplist(user.pw_name, user.pw_gid))
+    for path in (folder, *folder.parents):
+        st = path.stat()
+        if st.st_uid == user.pw_uid:
+            bit = stat.S_IXUSR
+        elif st.st_gid in groups:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not st.st_mode & bit:
+            return path
+    return None
 
 
 def slurm_time(text: str | None) -> float | None:
