@@ -10,6 +10,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,8 +20,9 @@ from gpu_arbiter.backends.base import Placement
 from gpu_arbiter.backends.slurm import SlurmBackend
 from gpu_arbiter.backends.slurm_inventory import parse_fields
 from gpu_arbiter.backends.slurm_shape import SlurmSettings
+from gpu_arbiter.control.launch import ServerProcess
 from gpu_arbiter.domain import InvalidInput, JobFinished
-from tests.backends.test_slurm import _log, _of, _slurm, _wait
+from tests.backends.test_slurm import _log, _of, _slurm, _wait, _wait_job
 
 USER = "arbiter-t-vision"
 
@@ -106,3 +108,35 @@ def test_jobs_arbiter_did_not_submit_in_its_partition_are_a_warning_or_a_refusal
             SlurmBackend(tmp_path / "jobs", partition="gpu", settings=refuse, slurm_conf=slurm_conf)
     finally:
         subprocess.run(["scancel", sid], env=env, check=False)
+
+
+def test_serve_submits_a_teams_jobs_with_the_account_shape_and_time_of_its_slurm_config(
+    slurm_conf, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("SLURM_CONF", slurm_conf)
+    config = tmp_path / "slurm.toml"
+    config.write_text('time-margin = 60\n[teams.research]\naccount = "res"\ncpus-per-gpu = 2\n')
+    server = ServerProcess(
+        str(tmp_path / "a.db"),
+        tmp_path / "state",
+        "admin-tok",
+        extra=["--backend", "slurm", "--slurm-partition", "gpu", "--slurm-config", str(config)],
+    )
+    server.start()
+    try:
+        with server.client() as c:
+            deadline = time.monotonic() + 30
+            while c.get("/healthz").json()["nodes"] < 2 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            c.put("/v1/teams/research", json={"quota": {"H100": 16}}).raise_for_status()
+            body = {"team": "research", "command": "sleep 60", "gpus": 3, "walltime_s": 120}
+            job_id = c.post("/v1/jobs", json=body).json()["id"]
+            _wait_job(c, job_id, lambda j: j["state"] == "running")
+            ids = _slurm(slurm_conf, "squeue", "-h", "-o", "%i", "-n", f"arbiter-{job_id}")
+            job = parse_fields(_slurm(slurm_conf, "scontrol", "show", "job", "-o", ids.split()[0]))
+            c.post(f"/v1/jobs/{job_id}/cancel").raise_for_status()
+        assert job["Account"] == "res"
+        assert job["TimeLimit"] == "00:03:00"  # 120 s estimate + 60 s margin
+        assert job["CpusPerTres"] == "gres:gpu:2"  # the job may still be pending
+    finally:
+        server.stop()
