@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test bench bench-traces bench-gavel bench-alibaba lint clean
+.PHONY: setup demo test bench bench-traces bench-gavel bench-alibaba bench-corpus lint clean
 
 $(BIN)/arbiter: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -38,6 +38,14 @@ ALIBABA_CSV ?= ../shared/traces/alibaba-gpu-v2023/csv
 bench-alibaba: setup
 	$(BIN)/python -m bench.trace_sweep $(ALIBABA_CSV) --format alibaba-v2023 \
 		--cluster alibaba-v2023@0.02 --arrival-scale 0.16 --out bench/results/alibaba-sweep
+
+# Every trace in ../shared/traces under every policy, seeds 0-3, with and without tiers, judged
+# by issue 49's goals; writes docs/results/corpus.md. Resumes from bench/results/corpus.
+# A subset: make bench-corpus CORPUS_ARGS="--traces 'gavel/msr/*' --seeds 0".
+TRACES ?= ../shared/traces
+CORPUS_ARGS ?=
+bench-corpus: setup
+	$(BIN)/python -m bench.corpus --root $(TRACES) $(CORPUS_ARGS)
 
 lint: setup
 	$(BIN)/ruff check src tests bench

@@ -42,6 +42,7 @@ from gpu_arbiter.cli.inputs import (
     TIER_MAP_HELP,
     TIER_MIX,
     TIER_MIX_HELP,
+    Inputs,
     check_arrival_scale,
     load_inputs,
     trace_options,
@@ -55,6 +56,10 @@ from gpu_arbiter.sim.report import Kpi, ties
 from gpu_arbiter.traces.base import TraceOptions
 
 OUT = Path(__file__).parent / "results" / "trace-sweep"
+# The setting the Alibaba v2023 pod lists run at (`make bench-alibaba`, docs/results): a 2 %
+# share of each GPU model's nodes, arrivals compressed to an offered load of about 0.74.
+ALIBABA_CLUSTER = "alibaba-v2023@0.02"
+ALIBABA_ARRIVAL_SCALE = 0.16
 SUFFIXES = (".trace", ".csv")
 
 
@@ -92,6 +97,14 @@ MEASURES = (
 )
 
 
+def measure(inputs: Inputs, policy: str, seed: int) -> dict[str, float]:
+    """One replay as `arbiter bench` runs it (failures on, drawn under `seed`): the sweep's
+    KPIs by key (`MEASURES`)."""
+    config = SimConfig(reliability=ReliabilityConfig(seed=seed))
+    k = simulate(inputs.cluster, inputs.teams, policy, inputs.jobs, config).kpis
+    return {m.key: m.of(k) for m in MEASURES}
+
+
 def run_trace(
     path: Path,
     fmt: str,
@@ -116,10 +129,8 @@ def run_trace(
                 arrival_scale=arrival_scale,
             )
             for name in policies:
-                config = SimConfig(reliability=ReliabilityConfig(seed=seed))
-                k = simulate(inputs.cluster, inputs.teams, name, inputs.jobs, config).kpis
-                for m in MEASURES:
-                    by_seed[name][m.key].append(m.of(k))
+                for key, value in measure(inputs, name, seed).items():
+                    by_seed[name][key].append(value)
     except InvalidInput as e:
         return {"error": str(e)}
     kpis = {
