@@ -22,10 +22,11 @@ setting the win/tie/loss counts, the geometric mean of the mean-JCT ratio and th
 command and the commit), which is generated and not to be edited by hand.
 
 Each (trace, setting, policy, seed) replay is one task for the worker processes (`--jobs`). Its
-KPIs are kept under `--results`/COMMIT/ (COMMIT: the code's git commit, with a digest of any
-uncommitted change to src/ and bench/), in a file named by a digest of its inputs (the trace
-file's bytes, format, cluster, arrival scale, how tiers are read, policy, seed), so an
-interrupted run picks up where it stopped and a subset run reuses what a larger one measured.
+KPIs are kept under `--results`/COMMIT/ (COMMIT: the last git commit that changed the
+simulating code, `SIMULATING`, with a digest of any uncommitted change to it), in a file
+named by a digest of its inputs (the trace file's bytes, format, cluster, arrival scale, how
+tiers are read, policy, seed), so an interrupted run picks up where it stopped and a subset
+run reuses what a larger one measured.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import hashlib
 import json
 import math
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -191,19 +193,30 @@ def parse_seeds(text: str) -> list[int]:
     return list(dict.fromkeys(seeds))
 
 
+# What a replay's result depends on besides its inputs: the simulator and engine, the sweep's
+# replay and the pinned dependencies. This module's tables and plots are not among them, so
+# changing them reuses every cached run.
+SIMULATING = ("src", "bench/trace_sweep.py", "pyproject.toml")
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def head_commit() -> str:
+    return _git("rev-parse", "--short=12", "HEAD")
+
+
 def code_version() -> str:
-    """The commit of the code that measures, plus a digest of uncommitted changes to it."""
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=REPO, capture_output=True, text=True, check=True
-        ).stdout
-
-    commit = git("rev-parse", "--short=12", "HEAD").strip()
-    status = git("status", "--porcelain", "--", "src", "bench")
+    """The last commit that changed the simulating code, plus a digest of its uncommitted
+    changes: runs are cached under it."""
+    commit = _git("log", "-1", "--format=%h", "--abbrev=12", "--", *SIMULATING)
+    status = _git("status", "--porcelain", "--", *SIMULATING)
     if not status:
         return commit
-    changed = status + git("diff", "HEAD", "--", "src", "bench")
+    changed = status + _git("diff", "HEAD", "--", *SIMULATING)
     for line in status.splitlines():  # untracked files count by their contents
         if line.startswith("??") and (REPO / line[3:]).is_file():
             changed += (REPO / line[3:]).read_text(errors="replace")
@@ -411,6 +424,7 @@ def summarise(setting: str, rows: list[Row]) -> Verdict:
     return Verdict(setting, len(judged), tally, geo, worst, goals)
 
 
+PLOT_CLIP = 2.0
 LABELS = {m.key: m.label for m in MEASURES}
 UNITS = {m.key: m.unit for m in MEASURES}
 
@@ -453,7 +467,8 @@ def summary_lines(v: Verdict) -> list[str]:
 
 
 def plot(settings: Mapping[str, list[Row]], path: Path) -> None:
-    """Mean-JCT ratio per trace, a panel per setting (log scale; the goals' bounds marked)."""
+    """Mean-JCT ratio per trace, a panel per setting (the goals' bounds dashed, ratios above
+    `PLOT_CLIP` drawn at it)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -467,7 +482,7 @@ def plot(settings: Mapping[str, list[Row]], path: Path) -> None:
     y = np.arange(len(traces))
     for ax, (setting, rows) in zip(axes, settings.items(), strict=True):
         values = [(r.judged(JCT) or (None,) * 5)[4] for r in rows]
-        shown = [np.nan if v is None else min(v, 10.0) for v in values]
+        shown = [np.nan if v is None else min(v, PLOT_CLIP) for v in values]
         colours = ["tab:green" if v is not None and v <= 1 else "tab:red" for v in values]
         ax.barh(y, np.array(shown) - 1, left=1, color=colours)
         ax.axvline(1, color="black", lw=0.8)
@@ -476,13 +491,16 @@ def plot(settings: Mapping[str, list[Row]], path: Path) -> None:
         )
         for b in bounds:
             ax.axvline(b, color="grey", ls="--", lw=0.8)
-        ax.set_xscale("log")
+        ax.set_xlim(
+            min(0.8, np.nanmin(shown, initial=1.0) - 0.02),
+            max(1.1, np.nanmax(shown, initial=1.0) + 0.02),
+        )
         ax.set_title(f"{setting}: Arbiter mean JCT / best baseline")
     axes[0].set_yticks(y, traces, fontsize=7)
     axes[0].invert_yaxis()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=90, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -493,7 +511,8 @@ def markdown(
         "# Arbiter against the best baseline on every trace (issue 49)",
         "",
         "Generated by `make bench-corpus`; do not edit by hand. Command: "
-        f"`{meta['command']}`, code at commit `{meta['commit']}`, {meta['date']}.",
+        f"`{meta['command']}`, at commit `{meta['commit']}` (simulating code as of "
+        f"`{meta['code']}`), {meta['date']}.",
         "",
     ]
     if not meta["full"]:
@@ -592,8 +611,11 @@ def main(argv: list[str] | None = None) -> int:
         and settings == list(SETTINGS)
     )
     meta = {
-        "command": "python -m bench.corpus " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "commit": commit,
+        "command": shlex.join(
+            ["python", "-m", "bench.corpus", *(sys.argv[1:] if argv is None else argv)]
+        ),
+        "commit": head_commit(),
+        "code": commit,
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "full": full,
         "traces": names,
