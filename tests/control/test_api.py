@@ -87,7 +87,9 @@ def test_a_bad_submission_is_refused_before_it_reaches_the_loop(live):
     audit_before = requests_audited(live)
     long_key = a.post("/v1/jobs", json=job_body(), headers={"Idempotency-Key": "k" * 129})
     assert long_key.status_code == 422 and "idempotency-key" in long_key.json()["detail"]
-    not_json = a.post("/v1/jobs", content=b"{not json", headers={"Content-Type": "json"})
+    not_json = a.post(
+        "/v1/jobs", content=b"{not json", headers={"Content-Type": "application/json"}
+    )
     assert not_json.status_code == 422 and not_json.json()["detail"].startswith("body")
     nested = a.post("/v1/jobs", json=job_body(gpu_types={"H100": -1}))
     assert nested.status_code == 422 and "body.gpu_types" in nested.json()["detail"]

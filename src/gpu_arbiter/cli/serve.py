@@ -153,6 +153,19 @@ def serve(
             "--straggler-window", help="Seconds a node must stay that slow to be marked degraded."
         ),
     ] = 300.0,
+    public_metrics: Annotated[
+        bool,
+        typer.Option(
+            "--public-metrics", help="Show per-team series (spend, burn) on /metrics to anyone."
+        ),
+    ] = False,
+    auth_failures_per_minute: Annotated[
+        int,
+        typer.Option(
+            "--auth-failures-per-minute",
+            help="Failed authentications one client address may make in a minute before 429.",
+        ),
+    ] = 30,
 ) -> None:
     """Run the control plane: REST API, scheduling loop and a local, Slurm or Kubernetes
     backend. With Slurm or Kubernetes the nodes come from the executor's own inventory."""
@@ -195,6 +208,8 @@ def serve(
         cycle_interval_s=cycle_interval,
         hot_spares=hot_spares,
         stragglers=stragglers,
+        public_metrics=opts.public_metrics,
+        max_auth_failures_per_minute=opts.auth_failures_per_minute,
     )
     executor: Any = None
     if backend == "slurm":

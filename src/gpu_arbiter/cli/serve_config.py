@@ -128,6 +128,16 @@ class ServeConfig(BaseModel):
         description="When another serve holds the state dir or the database, wait and take "
         "over when it is gone instead of refusing (docs/deployment.md).",
     )
+    public_metrics: bool = Field(
+        False,
+        description="Show the per-team series (spend, burn rate) on /metrics without a token.",
+    )
+    auth_failures_per_minute: int = Field(
+        30,
+        ge=1,
+        description="Failed authentications one client address may make in a minute; "
+        "then it is answered 429 with Retry-After.",
+    )
 
     @field_validator("policy")
     @classmethod

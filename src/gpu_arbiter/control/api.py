@@ -3,11 +3,16 @@
 Writes go to the control loop (`loop.py`) and are answered after their transaction commits;
 reads go straight to the database, which the loop keeps current. Every route but /healthz and
 /metrics needs `Authorization: Bearer <token>`; a team token sees only its team's jobs, and a
-job it may not see is answered exactly like one that does not exist.
+job it may not see is answered exactly like one that does not exist. Agent tokens reach the
+node endpoints only. /metrics shows per-team series only to a token that may see the team
+(or to anyone with `public_metrics`).
 
-Errors: a bad body or query → 422 naming the field (`{"detail": "body.gpus: ...", "errors":
-[...]}`), a refused job (e.g. larger than the cluster) → 422 with the engine's message, no or
-bad token → 401, not allowed → 403, unknown → 404, state clash → 409, no nodes yet → 503.
+Errors, each documented in the OpenAPI schema: a bad body, path or query → 422 naming the
+field (`{"detail": "body.gpus: ...", "errors": [...]}`), a refused job (e.g. larger than the
+cluster) → 422 with the engine's message and `errors: []`, a body that is not JSON → 415, no or
+bad token → 401, too many bad tokens from one address → 429 with Retry-After, not allowed →
+403, unknown → 404, wrong method → 405, state clash → 409, no nodes yet → 503. Every other
+error answers `{"detail": "..."}`.
 """
 
 from __future__ import annotations
@@ -21,18 +26,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Header, Query, Request, Response
+from fastapi import Depends, FastAPI, Query, Request, Response, Security
+from fastapi import Path as InPath
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.security import HTTPBearer
 from fastapi_offline import FastAPIOffline
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
 from gpu_arbiter.backends.base import Backend
 from gpu_arbiter.backends.local import LocalBackend
-from gpu_arbiter.control.auth import Authenticator, Forbidden, Principal, Unauthorized
+from gpu_arbiter.control.auth import (
+    Authenticator,
+    Forbidden,
+    Principal,
+    TooManyFailures,
+    Unauthorized,
+)
 from gpu_arbiter.control.errors import Conflict, NotFound, Unavailable
 from gpu_arbiter.control.history import history_ndjson
 from gpu_arbiter.control.loop import (
@@ -50,6 +63,10 @@ from gpu_arbiter.control.loop import (
 )
 from gpu_arbiter.control.metrics import Metrics
 from gpu_arbiter.control.schemas import (
+    MAX_ID,
+    NAME_MAX,
+    NAME_PATTERN,
+    NODE_NAME_MAX,
     Drain,
     Heartbeat,
     JobSubmit,
@@ -74,20 +91,70 @@ _STATUS = {
 }
 
 
-async def _who(
-    request: Request, authorization: Annotated[str | None, Header()] = None
-) -> Principal:
-    """The caller. Async, so a known token is resolved on the event loop (a sync dependency
-    would cost every request a hop through the thread pool); an unknown one is looked up in
-    the database on a worker thread."""
+# Documents the bearer token in the OpenAPI schema; the token itself is read by `_caller`.
+_BEARER = HTTPBearer(auto_error=False, description="An API token: admin, team or agent.")
+
+
+async def _caller(request: Request, _token: Annotated[Any, Security(_BEARER)] = None) -> Principal:
+    """Whoever holds the request's token, any role. Async, so a known token is resolved on the
+    event loop (a sync dependency would cost every request a hop through the thread pool); an
+    unknown one is looked up in the database on a worker thread."""
     auth: Authenticator = request.app.state.auth
-    hit = auth.cached(authorization)
+    authorization = request.headers.get("authorization")
+    client = request.client.host if request.client else None
+    hit = auth.cached(authorization, client)
     if hit is not None:
         return hit
-    return await run_in_threadpool(auth.principal, authorization)
+    return await run_in_threadpool(auth.principal, authorization, client)
+
+
+async def _who(request: Request, _token: Annotated[Any, Security(_BEARER)] = None) -> Principal:
+    """The caller, an admin or a team: agent tokens reach the node endpoints only."""
+    return (await _caller(request)).require_user()
 
 
 Who = Annotated[Principal, Depends(_who)]
+NodeWho = Annotated[Principal, Depends(_caller)]
+TeamName = Annotated[str, InPath(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)]
+NodeName = Annotated[str, InPath(min_length=1, max_length=NODE_NAME_MAX, pattern=NAME_PATTERN)]
+JobId = Annotated[str, InPath(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)]
+Since = Annotated[int, Query(ge=0, le=MAX_ID)]
+
+
+class Problem(BaseModel):
+    """Every error but a validation error."""
+
+    detail: str
+
+
+class FieldError(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ValidationProblem(BaseModel):
+    """A refused request: `detail` names each bad field in one line, `errors` lists them."""
+
+    detail: str
+    errors: list[FieldError]
+
+
+def _problem(description: str, model: type[BaseModel] = Problem) -> dict[str, Any]:
+    return {"model": model, "description": description}
+
+
+_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: _problem("No token, or an unknown or revoked one"),
+    403: _problem("The token may not do this"),
+    404: _problem("No such object, or one the token may not see"),
+    405: _problem("The path does not take this method"),
+    409: _problem("The request clashes with the current state"),
+    415: _problem("The body is not JSON"),
+    422: _problem("A bad field (named in `detail`) or a refused request", ValidationProblem),
+    429: _problem("Too many failed authentications from this address (see Retry-After)"),
+    503: _problem("The service cannot do this yet (no GPU nodes)"),
+}
 
 _KEY_TOO_LONG = "String should have at most 128 characters"
 _SUBMIT_OPENAPI: dict[str, Any] = {
@@ -98,24 +165,10 @@ _SUBMIT_OPENAPI: dict[str, Any] = {
             "required": False,
             "schema": {"type": "string", "maxLength": 128, "title": "Idempotency-Key"},
         },
-        {
-            "name": "authorization",
-            "in": "header",
-            "required": True,
-            "schema": {"type": "string", "title": "Authorization"},
-        },
     ],
     "requestBody": {
         "required": True,
         "content": {"application/json": {"schema": JobSubmit.model_json_schema()}},
-    },
-    "responses": {
-        "422": {
-            "description": "Validation Error",
-            "content": {
-                "application/json": {"schema": {"$ref": "#/components/schemas/HTTPValidationError"}}
-            },
-        }
     },
 }
 
@@ -137,7 +190,7 @@ def build_service(
     """The server's parts; `backend` defaults to local processes under STATE_DIR/jobs."""
     db = open_database(db_url)
     metrics = Metrics()
-    auth = Authenticator(db)
+    auth = Authenticator(db, config.max_auth_failures_per_minute)
     if backend is None:
         backend = LocalBackend(config.state_dir / "jobs", min_grace_s=min_grace_s)
     loop = ControlLoop(db, backend, config, auth, metrics)
@@ -166,11 +219,13 @@ def create_app(service: Service, reports_dir: Path | None = None) -> FastAPI:
         version="0.1.0",
         summary="Who gets which GPUs: jobs, nodes, teams, quotas, prices, ledger, telemetry.",
         lifespan=lifespan,
+        responses=_RESPONSES,
     )
     app.state.auth = auth
 
     for exc_type, status in _STATUS.items():
         app.add_exception_handler(exc_type, _handler(status))
+    app.add_exception_handler(TooManyFailures, _too_many)
     app.add_exception_handler(RequestValidationError, _validation_error)
 
     # -- service ---------------------------------------------------------------------------
@@ -180,8 +235,21 @@ def create_app(service: Service, reports_dir: Path | None = None) -> FastAPI:
         return {"ok": True, "nodes": len(loop.nodes), "active_jobs": len(loop.live)}
 
     @app.get("/metrics", tags=["service"], response_class=PlainTextResponse)
-    def metrics() -> Response:
-        return Response(service.metrics.exposition(), media_type="text/plain; version=0.0.4")
+    async def metrics(request: Request, _token: Annotated[Any, Security(_BEARER)]) -> Response:
+        """Prometheus exposition. Per-team series (spend, burn rate) need a token: an admin's
+        shows every team, a team's its own; without one only cluster-wide series are shown,
+        unless the server was started with public metrics."""
+        teams: str | None = None
+        if service.loop.cfg.public_metrics:
+            teams = "*"
+        if request.headers.get("authorization"):
+            p = await _caller(request)
+            if p.role == "admin":
+                teams = "*"
+            elif p.role == "team" and teams is None:
+                teams = p.team
+        body = service.metrics.exposition(teams)
+        return Response(body, media_type="text/plain; version=0.0.4")
 
     @app.get("/v1/whoami", tags=["service"])
     def whoami(p: Who) -> dict[str, Any]:
@@ -203,7 +271,7 @@ def create_app(service: Service, reports_dir: Path | None = None) -> FastAPI:
         # The API's hot path reads its own headers and body instead of declaring them:
         # FastAPI's parameter machinery cost more CPU than the rest of a submission. The checks
         # are the same: the same model, the same 422 naming the field.
-        p = await _who(request, request.headers.get("authorization"))
+        p = await _who(request)
         key = request.headers.get("idempotency-key")
         if key is not None and len(key) > 128:
             raise RequestValidationError(
@@ -226,7 +294,7 @@ def create_app(service: Service, reports_dir: Path | None = None) -> FastAPI:
         state: Annotated[
             str | None, Query(pattern="^(pending|running|completed|failed|cancelled|active)$")
         ] = None,
-        team: Annotated[str | None, Query(max_length=64)] = None,
+        team: Annotated[str | None, Query(max_length=NAME_MAX, pattern=NAME_PATTERN)] = None,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     ) -> list[dict[str, Any]]:
         q = select(JOBS).order_by(JOBS.c.seq.desc()).limit(limit)
@@ -252,20 +320,20 @@ def create_app(service: Service, reports_dir: Path | None = None) -> FastAPI:
         return dict(row)
 
     @app.get("/v1/jobs/{job_id}", tags=["jobs"])
-    def show_job(job_id: str, p: Who) -> dict[str, Any]:
+    def show_job(job_id: JobId, p: Who) -> dict[str, Any]:
         return job_view(visible(p, job_id))
 
     @app.post("/v1/jobs/{job_id}/cancel", tags=["jobs"])
-    async def cancel_job(job_id: str, p: Who) -> dict[str, Any]:
+    async def cancel_job(job_id: JobId, p: Who) -> dict[str, Any]:
         return job_view(await loop.run(loop.cmd_cancel, p, job_id))
 
     @app.delete("/v1/jobs/{job_id}", tags=["jobs"])
-    async def delete_job(job_id: str, p: Who) -> dict[str, Any]:
+    async def delete_job(job_id: JobId, p: Who) -> dict[str, Any]:
         return job_view(await loop.run(loop.cmd_cancel, p, job_id))
 
     @app.get("/v1/jobs/{job_id}/log", tags=["jobs"], response_class=PlainTextResponse)
     def job_log(
-        job_id: str, p: Who, tail: Annotated[int, Query(ge=1, le=1_000_000)] = 65536
+        job_id: JobId, p: Who, tail: Annotated[int, Query(ge=1, le=1_000_000)] = 65536
     ) -> str:
         visible(p, job_id)
         path: Path = service.backend.log_path(job_id)
@@ -277,19 +345,21 @@ def create_app(service: Service, reports_dir: Path | None = None) -> FastAPI:
 
     @app.post("/v1/jobs/{job_id}/telemetry", tags=["telemetry"])
     async def ingest(
-        job_id: str,
+        job_id: JobId,
         data: Telemetry,
-        authorization: Annotated[str | None, Header()] = None,
+        request: Request,
+        _token: Annotated[Any, Security(_BEARER)],
     ) -> dict[str, Any]:
         """Progress from a running job: its job token (ARBITER_JOB_TOKEN) or its team's."""
-        token = (authorization or "").partition(" ")[2].strip()
+        token = (request.headers.get("authorization") or "").partition(" ")[2].strip()
         if not (token.startswith("job_") and loop.check_job_token(job_id, token)):
-            visible(auth.principal(authorization), job_id)
+            p = await _who(request)
+            await run_in_threadpool(visible, p, job_id)
         return await loop.run(loop.cmd_telemetry, job_id, data)
 
     @app.get("/v1/jobs/{job_id}/telemetry", tags=["telemetry"])
     def telemetry(
-        job_id: str, p: Who, limit: Annotated[int, Query(ge=1, le=10_000)] = 100
+        job_id: JobId, p: Who, limit: Annotated[int, Query(ge=1, le=10_000)] = 100
     ) -> list[dict[str, Any]]:
         visible(p, job_id)
         q = (
@@ -305,28 +375,28 @@ def create_app(service: Service, reports_dir: Path | None = None) -> FastAPI:
     # -- nodes -----------------------------------------------------------------------------
 
     @app.get("/v1/nodes", tags=["nodes"])
-    def nodes(p: Who) -> list[dict[str, Any]]:
+    def nodes(p: NodeWho) -> list[dict[str, Any]]:
         with db.connect() as conn:
             rows = conn.execute(select(NODES).order_by(NODES.c.name)).mappings().all()
         used = _gpus_in_use(db)
         return [{**dict(r), "gpus_used": used.get(r["name"], 0)} for r in rows]
 
     @app.put("/v1/nodes/{name}", tags=["nodes"])
-    async def register_node(name: str, req: NodeRegister, p: Who) -> dict[str, Any]:
+    async def register_node(name: NodeName, req: NodeRegister, p: NodeWho) -> dict[str, Any]:
         """Register a node's GPUs (agent or admin); registering again is a heartbeat."""
         return await loop.run(loop.cmd_register_node, p, name, req)
 
     @app.post("/v1/nodes/{name}/heartbeat", tags=["nodes"])
-    async def heartbeat(name: str, hb: Heartbeat, p: Who) -> dict[str, Any]:
+    async def heartbeat(name: NodeName, hb: Heartbeat, p: NodeWho) -> dict[str, Any]:
         return await loop.run(loop.cmd_heartbeat, p, name, hb)
 
     @app.post("/v1/nodes/{name}/cordon", tags=["nodes"])
-    async def cordon(name: str, p: Who, body: NodeAction | None = None) -> dict[str, Any]:
+    async def cordon(name: NodeName, p: Who, body: NodeAction | None = None) -> dict[str, Any]:
         reason = body.reason if body else ""
         return await loop.run(loop.cmd_node_state, p, name, False, reason)
 
     @app.post("/v1/nodes/{name}/uncordon", tags=["nodes"])
-    async def uncordon(name: str, p: Who) -> dict[str, Any]:
+    async def uncordon(name: NodeName, p: Who) -> dict[str, Any]:
         return await loop.run(loop.cmd_node_state, p, name, True, "")
 
     @app.post("/v1/drain", tags=["server"])
@@ -354,12 +424,13 @@ def create_app(service: Service, reports_dir: Path | None = None) -> FastAPI:
         ]
 
     @app.put("/v1/teams/{name}", tags=["teams"])
-    async def put_team(name: str, req: TeamPut, p: Who) -> dict[str, Any]:
-        """Create or change a team: weight, guaranteed quota per GPU type, budget (admin)."""
+    async def put_team(name: TeamName, req: TeamPut, p: Who) -> dict[str, Any]:
+        """Create or change a team: weight, guaranteed quota per GPU type, budget, the unix
+        user its jobs run as (admin)."""
         return await loop.run(loop.cmd_put_team, p, name, req)
 
     @app.delete("/v1/teams/{name}", tags=["teams"])
-    async def delete_team(name: str, p: Who) -> dict[str, Any]:
+    async def delete_team(name: TeamName, p: Who) -> dict[str, Any]:
         """Delete a team with no active jobs (admin); its tokens are revoked, its ledger kept."""
         return await loop.run(loop.cmd_delete_team, p, name)
 
@@ -381,7 +452,9 @@ def create_app(service: Service, reports_dir: Path | None = None) -> FastAPI:
             return [dict(r) for r in conn.execute(select(*cols)).mappings()]
 
     @app.delete("/v1/tokens/{token_id}", tags=["tokens"])
-    async def revoke_token(token_id: int, p: Who) -> dict[str, Any]:
+    async def revoke_token(
+        token_id: Annotated[int, InPath(ge=1, le=MAX_ID)], p: Who
+    ) -> dict[str, Any]:
         return await loop.run(loop.cmd_revoke_token, p, token_id)
 
     @app.get("/v1/prices", tags=["economy"])
@@ -400,9 +473,9 @@ def create_app(service: Service, reports_dir: Path | None = None) -> FastAPI:
     @app.get("/v1/ledger", tags=["economy"])
     def ledger(
         p: Who,
-        team: Annotated[str | None, Query(max_length=64)] = None,
-        job: Annotated[str | None, Query(max_length=64)] = None,
-        since: Annotated[int, Query(ge=0)] = 0,
+        team: Annotated[str | None, Query(max_length=NAME_MAX, pattern=NAME_PATTERN)] = None,
+        job: Annotated[str | None, Query(max_length=NAME_MAX, pattern=NAME_PATTERN)] = None,
+        since: Since = 0,
         limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
     ) -> list[dict[str, Any]]:
         if p.role != "admin":
@@ -431,7 +504,7 @@ def create_app(service: Service, reports_dir: Path | None = None) -> FastAPI:
     @app.get("/v1/audit", tags=["service"])
     def audit(
         p: Who,
-        since: Annotated[int, Query(ge=0)] = 0,
+        since: Since = 0,
         limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
     ) -> list[dict[str, Any]]:
         p.require_admin()
@@ -450,6 +523,7 @@ def create_app(service: Service, reports_dir: Path | None = None) -> FastAPI:
     app.include_router(dashboard_router(loop, db, auth, reports_dir))
     hot = [r for r in app.routes if getattr(r, "endpoint", None) is submit]
     app.add_middleware(_FastLane, routes=hot)
+    app.add_middleware(_JsonBodies)
     app.add_middleware(_LatencyMiddleware, metrics=service.metrics)  # the outermost
     return app
 
@@ -491,9 +565,17 @@ def _price_doc(table: PriceTable) -> dict[str, Any]:
 
 def _handler(status: int) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
     async def handle(_request: Request, exc: Exception) -> JSONResponse:
+        if status == 422:  # a refusal from beyond the edge has the validation answer's shape
+            return JSONResponse({"detail": str(exc), "errors": []}, status_code=status)
         return JSONResponse({"detail": str(exc)}, status_code=status)
 
     return handle
+
+
+async def _too_many(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, TooManyFailures)
+    headers = {"Retry-After": str(exc.retry_after_s)}
+    return JSONResponse({"detail": str(exc)}, status_code=429, headers=headers)
 
 
 async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
@@ -507,6 +589,38 @@ async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
         {"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")} for e in errors
     ]
     return JSONResponse({"detail": "; ".join(lines), "errors": clean}, status_code=422)
+
+
+class _JsonBodies:
+    """Answers 415 to an API request whose body is not declared JSON: every body the API takes
+    is a JSON document, and reading `text/plain` or a form as one would hide a client's
+    mistake. A request without a body (a cancel, an uncordon) needs no content type."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+            headers = dict(scope["headers"])
+            ctype = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+            has_body = headers.get(b"content-length", b"0") != b"0" or (
+                b"transfer-encoding" in headers
+            )
+            if (ctype or has_body) and not _is_json(ctype):
+                what = ctype.decode(errors="replace") or "none"
+                response = JSONResponse(
+                    {"detail": f"the body must be application/json, got content type {what}"},
+                    status_code=415,
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _is_json(ctype: bytes) -> bool:
+    return ctype == b"application/json" or (
+        ctype.startswith(b"application/") and ctype.endswith(b"+json")
+    )
 
 
 class _FastLane:

@@ -126,6 +126,8 @@ class ServerConfig:
     # Running jobs are charged for the seconds they held their GPUs at least this often (E5).
     accrue_s: float = 60.0
     stragglers: StragglerConfig = field(default_factory=StragglerConfig)
+    public_metrics: bool = False  # per-team series on /metrics without a token
+    max_auth_failures_per_minute: int = 30  # per client address, then 429
 
 
 @dataclass(slots=True)
@@ -208,6 +210,7 @@ class ControlLoop:
         self.segs: dict[str, _Segment] = {}
         self.keys: dict[tuple[str, str], tuple[str, str | None]] = {}
         self.teams: dict[str, Team] = {}
+        self.run_as: dict[str, str] = {}  # team -> the unix user its jobs run as
         self.nodes: dict[str, dict[str, Any]] = {}
         self.ledger = Ledger()
         self._persisted = 0
@@ -359,6 +362,10 @@ class ControlLoop:
             yield self._conn
 
     def _commands(self, batch: list[_Command]) -> None:
+        """Run a batch of commands in one transaction. Should it fail (a bug, a database
+        error), the state has been rebuilt from the database and each command is run again in
+        a transaction of its own, so a bad command fails alone, never its neighbours."""
+
         def work(tx: _Tx) -> list[Any]:
             results: list[Any] = []
             for cmd in batch:
@@ -373,9 +380,15 @@ class ControlLoop:
         try:
             results = self._transaction(work)
         except Exception as e:
-            log.exception("a batch of %d requests failed", len(batch))
-            for cmd in batch:
-                cmd.future.set_exception(e)
+            if len(batch) > 1:
+                log.warning(
+                    "a batch of %d requests failed (%s); running them one by one", len(batch), e
+                )
+                for cmd in batch:
+                    self._commands([cmd])
+                return
+            log.exception("a request failed")
+            batch[0].future.set_exception(e)
             return
         self.metrics.batch.observe(len(batch))
         for cmd, res in zip(batch, results, strict=True):
@@ -435,10 +448,11 @@ class ControlLoop:
         pending ones queued again, running ones adopted on their GPUs when the backend still
         runs them (reconciliation), else queued again."""
         conn, now = tx.conn, tx.now
+        rows = conn.execute(select(TEAMS)).all()
         self.teams = {
-            r.name: Team(r.name, r.weight, dict(r.quota), r.budget_per_period)
-            for r in conn.execute(select(TEAMS))
+            r.name: Team(r.name, r.weight, dict(r.quota), r.budget_per_period) for r in rows
         }
+        self.run_as = {r.name: r.run_as for r in rows if r.run_as}
         self.budgets = Budgets.for_teams(self.ledger, self.teams.values())
         self.watch = JobWatch(self.cfg.stragglers)
         for r in conn.execute(select(TEAMS.c.name, TEAMS.c.breaker_policy, TEAMS.c.webhook_url)):
@@ -792,6 +806,7 @@ class ControlLoop:
             team=job.team,
             tier=int(job.tier),
             walltime_s=live.spec.walltime_s,
+            run_as=self.run_as.get(job.team),
         )
         return values, placement
 
@@ -1275,6 +1290,7 @@ class ControlLoop:
             "budget_per_period": team.budget_per_period,
             "breaker_policy": req.breaker_policy,
             "webhook_url": str(req.webhook_url) if req.webhook_url is not None else None,
+            "run_as": req.run_as,
         }
         if name in self.teams:
             tx.conn.execute(update(TEAMS).where(TEAMS.c.name == name).values(**values))
@@ -1282,6 +1298,10 @@ class ControlLoop:
             tx.conn.execute(insert(TEAMS).values(name=name, **values))
         self.teams[name] = team
         self.watch.set_team(name, req.breaker_policy, values["webhook_url"])
+        if req.run_as:
+            self.run_as[name] = req.run_as
+        else:
+            self.run_as.pop(name, None)
         self._audit(tx, who.actor, "team-set", name, **values)
         self._rebuild = True
         return {"name": name, **values}
@@ -1303,6 +1323,7 @@ class ControlLoop:
         tx.conn.execute(update(TOKENS).where(*live_tokens).values(revoked_at=tx.now))
         tx.conn.execute(delete(TEAMS).where(TEAMS.c.name == name))
         del self.teams[name]
+        self.run_as.pop(name, None)
         if self.auth is not None:
             for token_id in revoked:
                 tx.after.append(lambda t=token_id: self.auth.forget(t))

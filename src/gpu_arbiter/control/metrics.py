@@ -4,13 +4,17 @@ The same quantities the simulator reports (SPEC "Metrics"): utilisation, queuein
 completion time by tier, preemptions, fragmentation and stranded GPUs, lost GPU-hours, per-team
 spend and burn rate — plus the control plane's own health (cycle time, API latency, batch
 sizes). Each service has its own registry, so tests can run several in one process.
+
+Series labelled by team live in a registry of their own (`team_registry`): what a team spends
+is its business, so `exposition` shows them only to whom the API says may see them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
 
 _DELAY_BUCKETS = (0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 86400)
 _FAST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
@@ -74,11 +78,12 @@ class Metrics:
         self.webhooks = Counter(
             "arbiter_webhook_messages", "Team webhook messages by outcome", ["outcome"], registry=r
         )
+        t = self.team_registry = CollectorRegistry()
         self.spent = Gauge(
-            "arbiter_team_credits_spent", "Credits charged less refunds", ["team"], registry=r
+            "arbiter_team_credits_spent", "Credits charged less refunds", ["team"], registry=t
         )
         self.burn = Gauge(
-            "arbiter_team_burn_rate", "Credits per hour of running jobs", ["team"], registry=r
+            "arbiter_team_burn_rate", "Credits per hour of running jobs", ["team"], registry=t
         )
         self.cycle = Histogram(
             "arbiter_cycle_seconds", "Scheduling cycle time", buckets=_FAST_BUCKETS, registry=r
@@ -103,5 +108,26 @@ class Metrics:
         for labels, value in values.items():
             gauge.labels(*labels).set(value)
 
-    def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+    def exposition(self, teams: str | None = "*") -> bytes:
+        """The cluster-wide series, and the per-team series of every team ("*"), of one team
+        (its name) or of none (None)."""
+        out = generate_latest(self.registry)
+        if teams == "*":
+            out += generate_latest(self.team_registry)
+        elif teams is not None:
+            out += generate_latest(_OneTeam(self.team_registry, teams))
+        return out
+
+
+class _OneTeam:
+    """A view of a registry with only the samples labelled `team=<team>`."""
+
+    def __init__(self, registry: CollectorRegistry, team: str) -> None:
+        self.registry = registry
+        self.team = team
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.registry.collect():
+            mine = Metric(family.name, family.documentation, family.type, family.unit)
+            mine.samples = [s for s in family.samples if s.labels.get("team") == self.team]
+            yield mine

@@ -1,5 +1,9 @@
 """The REST contract's request bodies. Pydantic checks every field at the edge, so a bad request
-is answered 422 with the field's name before anything is changed."""
+is answered 422 with the field's name before anything is changed.
+
+Strict mode: a JSON `true` or `"2"` is not a number of GPUs, and a number is not a string. One
+name rule (`NAME_PATTERN`) holds for teams, nodes, jobs, GPU types and racks, in bodies and in
+paths alike, and every integer has bounds the databases can store."""
 
 from __future__ import annotations
 
@@ -17,7 +21,17 @@ from pydantic import (
     field_validator,
 )
 
-Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+NAME_MAX = 64
+NODE_NAME_MAX = 128  # host names run longer than team names
+# The largest id the databases store (an INTEGER column is 32 bits on PostgreSQL): ids and
+# offsets in paths and queries stay within it.
+MAX_ID = 2**31 - 1
+# A POSIX user name (useradd's default rule), for `run_as`.
+USER_PATTERN = r"^[a-z_][a-z0-9_-]{0,31}$"
+
+Name = Annotated[str, Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)]
+Count = Annotated[int, Field(ge=0, le=1_000_000)]
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 # What a job may put in its environment: well under what exec accepts (128 KiB per string,
@@ -27,7 +41,7 @@ ENV_MAX_BYTES = 128 * 1024
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class JobSubmit(_Strict):
@@ -45,8 +59,8 @@ class JobSubmit(_Strict):
     gpu_types: dict[Name, Positive] | list[Name] = Field(default_factory=dict)
     walltime_s: Positive | None = None
     checkpoint_interval_s: Positive | None = None
-    max_racks: Annotated[int, Field(ge=1)] | None = None
-    tp_size: Annotated[int, Field(ge=1)] = 1
+    max_racks: Annotated[int, Field(ge=1, le=100_000)] | None = None
+    tp_size: Annotated[int, Field(ge=1, le=100_000)] = 1
     power_profile: Literal["normal", "high"] = "normal"
     gpu_milli: Annotated[int, Field(ge=1, le=1000)] = 1000
     kind: Literal["training", "inference"] = "training"
@@ -97,13 +111,16 @@ class TeamPut(_Strict):
     """A team. `breaker_policy` says what a tripped circuit breaker does to its jobs (F5):
     `stop` them (their GPUs are released) or `flag` them and let them run; either way the
     team is told, at `webhook_url` too when set (a POST of `{"text": ...}`, the body a Slack
-    incoming webhook takes)."""
+    incoming webhook takes). `run_as` is the unix user the local backend runs its jobs as
+    (None: the server's own user, which must not be root unless the server allows root
+    jobs)."""
 
     weight: Positive = 1.0
-    quota: dict[Name, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+    quota: dict[Name, Count] = Field(default_factory=dict)
     budget_per_period: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
     breaker_policy: Literal["stop", "flag"] = "stop"
     webhook_url: Annotated[HttpUrl, Field(max_length=2000)] | None = None
+    run_as: Annotated[str, Field(pattern=USER_PATTERN)] | None = None
 
 
 class TokenCreate(_Strict):
@@ -121,11 +138,13 @@ class NodeRegister(_Strict):
 class Heartbeat(_Strict):
     """A node agent's heartbeat; the health fields follow `reliability.HealthReport`."""
 
-    xids: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
-    ecc_uncorrectable: Annotated[int, Field(ge=0)] = 0
-    nvlink_down: Annotated[int, Field(ge=0)] = 0
+    xids: list[Annotated[int, Field(ge=0, le=1_000_000)]] = Field(
+        default_factory=list, max_length=1000
+    )
+    ecc_uncorrectable: Count = 0
+    nvlink_down: Count = 0
     temperature_c: Annotated[float, Field(allow_inf_nan=False)] | None = None
-    gpus_seen: Annotated[int, Field(ge=0)] | None = None
+    gpus_seen: Count | None = None
 
 
 NON_FINITE = ("nan", "inf", "-inf")

@@ -58,6 +58,7 @@ class TeamRow(Base):
     # is told (a webhook URL, a Slack incoming webhook or alike).
     breaker_policy: Mapped[str] = mapped_column(String(8), default="stop", server_default="stop")
     webhook_url: Mapped[str | None] = mapped_column(Text, nullable=True)
+    run_as: Mapped[str | None] = mapped_column(String(32), nullable=True)  # unix user of its jobs
 
 
 class TokenRow(Base):

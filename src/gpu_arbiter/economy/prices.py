@@ -61,8 +61,8 @@ class _PriceModel(BaseModel):
         default_factory=lambda: dict(DEFAULT_GPU_MULTIPLIERS)
     )
     default_multiplier: _Positive = 1.0
-    credit_value: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 1.0
-    currency: Annotated[str, Field(min_length=1)] = "USD"
+    credit_value: _Positive = 1.0  # a credit worth nothing would make every bill zero
+    currency: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9 ._-]{0,15}$")] = "USD"
 
     @field_validator("on_demand", "preemptible")
     @classmethod

@@ -112,7 +112,7 @@ def dashboard_router(
     cache = _Ttl()
 
     def viewer(authorization: str | None) -> Viewer:
-        p = auth.principal(authorization)
+        p = auth.principal(authorization).require_user()
         return Viewer(p.role, p.team)
 
     async def snap() -> snapshot.Snapshot:
