@@ -13,6 +13,7 @@ until Ctrl-C, which stops it cleanly. `--no-wait` exits after the workload inste
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import secrets
 import shlex
@@ -31,6 +32,9 @@ from rich.table import Table
 from gpu_arbiter.control.launch import ServerProcess, free_port, start_agent
 
 console = Console()
+# The demo's teams name no unix user to run their jobs as (a deployment gives each team one:
+# docs/deployment.md), so when the demo runs as root it must allow root jobs explicitly.
+_ROOT_JOBS = ["--allow-root-jobs"] if os.geteuid() == 0 else []
 TEAMS = {  # name: (weight, guaranteed H100s)
     "vision": (3.0, 4),
     "nlp": (2.0, 2),
@@ -56,7 +60,8 @@ class Demo:
             workdir / "state",
             self.admin_token,
             port=port,
-            extra=["--min-grace", "10", "--tier2-grace", "60", "--cycle-interval", "0.1"],
+            extra=["--min-grace", "10", "--tier2-grace", "60", "--cycle-interval", "0.1"]
+            + _ROOT_JOBS,
         )
         self.agent: Any = None
         self.t0 = time.time()

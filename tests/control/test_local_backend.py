@@ -26,7 +26,7 @@ def events_until(backend: LocalBackend, n: int, timeout_s: float = 20.0) -> list
 
 
 def test_a_job_sees_its_gpus_and_its_exit_code_is_reported(tmp_path):
-    b = LocalBackend(tmp_path)
+    b = LocalBackend(tmp_path, allow_root=True)
     b.start(placement("ok", "echo $CUDA_VISIBLE_DEVICES", gpus=(2, 5)))
     b.start(placement("bad", "exit 7", gpus=(0,)))
     got = events_until(b, 2)
@@ -36,7 +36,7 @@ def test_a_job_sees_its_gpus_and_its_exit_code_is_reported(tmp_path):
 
 
 def test_stop_sends_sigterm_then_sigkill_after_the_grace(tmp_path):
-    b = LocalBackend(tmp_path, min_grace_s=0.5)
+    b = LocalBackend(tmp_path, min_grace_s=0.5, allow_root=True)
     b.start(placement("stubborn", "trap '' TERM; sleep 60"))
     time.sleep(0.3)
     t0 = time.monotonic()
@@ -47,7 +47,7 @@ def test_stop_sends_sigterm_then_sigkill_after_the_grace(tmp_path):
 
 
 def test_a_job_on_gpus_still_held_by_a_stopping_job_waits_for_it(tmp_path):
-    b = LocalBackend(tmp_path, min_grace_s=5)
+    b = LocalBackend(tmp_path, min_grace_s=5, allow_root=True)
     b.start(placement("old", "trap 'sleep 0.5; exit 0' TERM; sleep 60 & wait"))
     time.sleep(0.3)
     b.stop("old", 0.0)
@@ -58,12 +58,12 @@ def test_a_job_on_gpus_still_held_by_a_stopping_job_waits_for_it(tmp_path):
 
 
 def test_a_new_backend_adopts_running_jobs_and_reports_exits_it_missed(tmp_path):
-    first = LocalBackend(tmp_path)
+    first = LocalBackend(tmp_path, allow_root=True)
     first.start(placement("long", "sleep 1.5"))
     first.start(placement("short", "exit 4", gpus=(4,)))
     time.sleep(0.5)
     first.shutdown()  # the control plane dies; its jobs do not
-    second = LocalBackend(tmp_path)
+    second = LocalBackend(tmp_path, allow_root=True)
     assert {r.job_id for r in second.running()} == {"long", "short"}
     got = events_until(second, 2)
     assert {(type(e), e.job_id) for e in got} == {(JobFinished, "long"), (JobFailed, "short")}

@@ -81,7 +81,8 @@ def seeded(tmp_path_factory) -> Iterator[Seeded]:
         str(root / "arbiter.db"),
         root / "state",
         ADMIN,
-        extra=["--heartbeat-timeout", "3600", "--min-grace", "1", "--reports", str(reports)],
+        extra=["--heartbeat-timeout", "3600", "--min-grace", "1", "--reports", str(reports)]
+        + ["--allow-root-jobs"],
     )
     server.start()
     admin = server.client()

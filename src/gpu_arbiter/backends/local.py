@@ -16,6 +16,14 @@ died before recording it) is answered by `outcome` from the same file.
 A command that cannot start — exec refuses its environment (too large, a NUL byte) or its
 program is not found — is reported as `JobLaunchFailed` with the error, never as a run.
 
+Isolation: a job starts with a minimal environment (PATH, HOME, LANG, USER, the `ARBITER_*`
+variables, CUDA_VISIBLE_DEVICES and its own `env`), never the server's, in its own working
+directory `<jobs_root>/<job>` (mode 0700), outside the server's state, as its team's `run_as`
+user (see `identity`); a job its team may not run (as root without permission, as a user that
+does not exist) is reported as `JobLaunchFailed` with the reason. Its log stays in the server's
+directory, written through a descriptor the server opened, so a job cannot swap it for a link
+to the server's files.
+
 Multi-node allocations run as one local process that sees the GPUs of its first node in
 `CUDA_VISIBLE_DEVICES` and the whole allocation in `ARBITER_ALLOCATION` ("node:0,1;node2:0,1"),
 for a launcher such as torchrun to fan out.
@@ -29,11 +37,15 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gpu_arbiter.backends.base import Placement, Running
+from gpu_arbiter.backends.identity import JobRefused, JobUser, env_script, job_user
 from gpu_arbiter.domain import Event, InvalidInput, JobFinished, JobStopped
 from gpu_arbiter.domain.events import JobFailed, JobLaunchFailed
 
@@ -47,6 +59,7 @@ _SHELL_WORDS = frozenset(
     "pwd read readonly return set shift test times trap true type ulimit umask unalias unset "
     "wait".split()
 )
+_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 @dataclass(slots=True)
@@ -71,11 +84,24 @@ class _Deferred:
 class LocalBackend:
     name = "local"
 
-    def __init__(self, state_dir: str | Path, min_grace_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        state_dir: str | Path,
+        min_grace_s: float = 5.0,
+        jobs_root: str | Path | None = None,
+        allow_root: bool = False,
+    ) -> None:
+        """`state_dir` holds the logs and process state (the server's, mode 0700);
+        `jobs_root` the jobs' working directories (default: `<state_dir>-work` beside it);
+        `allow_root` lets team jobs run as root."""
         if min_grace_s < 0:
             raise InvalidInput(f"local backend: min_grace_s must be >= 0, got {min_grace_s}")
         self.dir = Path(state_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.dir.chmod(0o700)
+        root = Path(jobs_root) if jobs_root is not None else None
+        self.jobs_root = root or self.dir.with_name(self.dir.name + "-work")
+        self.allow_root = allow_root
         self.min_grace_s = min_grace_s
         self._procs: dict[str, _Proc] = {}
         self._deferred: dict[str, _Deferred] = {}
@@ -167,32 +193,61 @@ class LocalBackend:
         rc_path.unlink(missing_ok=True)
         nodes = tuple(placement.gpus_by_node)
         first = placement.gpus_by_node[nodes[0]] if nodes else ()
-        env = dict(os.environ)
-        env.update(placement.env)
+        try:
+            user = job_user(placement.run_as, placement.team, self.allow_root)
+            workdir = self._workdir(job_id, user)
+        except (JobRefused, OSError) as e:
+            self._events.append(JobLaunchFailed(job_id, time.time(), str(e)))
+            return
+        env = _job_env(user, placement.env)
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in first)
         env["ARBITER_JOB_ID"] = job_id
         env["ARBITER_ALLOCATION"] = ";".join(
             f"{n}:{','.join(str(g) for g in gs)}" for n, gs in placement.gpus_by_node.items()
         )
         missing = _missing_program(placement.command, env.get("PATH"))
+        stdin: Any = subprocess.DEVNULL
         try:
             if missing is not None:
                 raise FileNotFoundError(missing)
+            if user.switch:  # the job's shell reads its environment after the switch
+                stdin = tempfile.TemporaryFile()
+                stdin.write(env_script(env))
+                stdin.seek(0)
+                env = _base_env(None)
+            command = user.command(placement.command)
             with self.log_path(job_id).open("ab") as log:
                 popen = subprocess.Popen(
-                    ["/bin/sh", "-c", _WRAPPER, "arbiter-job", placement.command, str(rc_path)],
-                    stdin=subprocess.DEVNULL,
+                    ["/bin/sh", "-c", _WRAPPER, "arbiter-job", command, str(rc_path)],
+                    stdin=stdin,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=env,
+                    cwd=workdir,
+                    umask=0o022,
                     start_new_session=True,
                 )
-        except (OSError, ValueError) as e:  # exec refused it: E2BIG, a NUL byte, no program
+        except (OSError, ValueError, JobRefused) as e:  # exec refused it: E2BIG, a NUL byte, ...
             self._events.append(JobLaunchFailed(job_id, time.time(), _launch_error(e)))
             return
+        finally:
+            if stdin is not subprocess.DEVNULL:
+                stdin.close()
         proc = _Proc(job_id, popen.pid, _start_ticks(popen.pid), gpus, nodes, popen)
         self._procs[job_id] = proc
         self._save(proc)
+
+    def _workdir(self, job_id: str, user: JobUser) -> Path:
+        """The job's own working directory (kept across its runs, so it finds what it left
+        there after a preemption), owned by its user, mode 0700. The root above it only lets
+        users pass through (0711): no one lists the other jobs."""
+        self.jobs_root.mkdir(parents=True, exist_ok=True)
+        self.jobs_root.chmod(0o711)
+        path = self.jobs_root / job_id
+        path.mkdir(mode=0o700, exist_ok=True)
+        if user.switch:
+            os.chown(path, user.uid, user.gid)
+        return path
 
     def _exited(self, proc: _Proc, now: float) -> None:
         del self._procs[proc.job_id]
@@ -269,6 +324,22 @@ def kill_leftovers(state_dir: str | Path) -> list[str]:
             _signal_group(pid, signal.SIGKILL)
             killed.append(str(s.get("job_id", path.stem)))
     return killed
+
+
+def _base_env(user: JobUser | None) -> dict[str, str]:
+    """What every job process gets from the host, and no more: the server's own variables
+    (ARBITER_ADMIN_TOKEN, database URLs, cloud credentials) never reach a job."""
+    env = {
+        "PATH": os.environ.get("PATH") or _DEFAULT_PATH,
+        "LANG": os.environ.get("LANG") or "C.UTF-8",
+    }
+    if user is not None:
+        env.update(HOME=user.home, USER=user.name, LOGNAME=user.name)
+    return env
+
+
+def _job_env(user: JobUser, own: Mapping[str, str]) -> dict[str, str]:
+    return {**_base_env(user), **own}
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

@@ -8,6 +8,11 @@ option from a TOML file (`serve_config`, docs/configuration.md); the command lin
 One serve per state directory and database (`control.lease`): a second one refuses with one
 line naming the first, before it touches anything, unless it is started with `--standby`: then
 it waits until the first one is gone and takes over (with PostgreSQL, from another host too).
+
+The server's files are private (umask 077; the state directory 0700, the database and token
+files 0600, tightened on every start). With the local backend each job runs in its own
+directory under `--jobs-root`, as its team's `run_as` user; a team job is never run as root
+unless `--allow-root-jobs` says so.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import typer
 from gpu_arbiter.cli import serve_config
 from gpu_arbiter.control.api import build_service, create_app
 from gpu_arbiter.control.auth import Principal, bootstrap_admin
+from gpu_arbiter.control.file_modes import make_private
 from gpu_arbiter.control.lease import Lease
 from gpu_arbiter.control.loop import ControlLoop, ServerConfig
 from gpu_arbiter.control.schemas import NodeRegister
@@ -153,6 +159,21 @@ def serve(
             "--straggler-window", help="Seconds a node must stay that slow to be marked degraded."
         ),
     ] = 300.0,
+    jobs_root: Annotated[
+        Path | None,
+        typer.Option(
+            "--jobs-root",
+            help="Jobs' working directories, one per job (default: STATE_DIR-work beside it).",
+        ),
+    ] = None,
+    allow_root_jobs: Annotated[
+        bool,
+        typer.Option(
+            "--allow-root-jobs",
+            help="Run team jobs as root when the server runs as root and a team has no run_as "
+            "user (refused otherwise: a root job can read the server's database and tokens).",
+        ),
+    ] = False,
     public_metrics: Annotated[
         bool,
         typer.Option(
@@ -184,7 +205,9 @@ def serve(
     reports, backend, slurm_partition = opts.reports, opts.backend, opts.slurm_partition
     kubeconfig, namespace, image = opts.kubeconfig, opts.namespace, opts.image
     standby = opts.standby
+    jobs_root, allow_root_jobs = opts.jobs_root, opts.allow_root_jobs
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    os.umask(0o077)  # everything the server writes is its own; jobs get 022 back
     state_dir = state_dir.resolve()
     url = public_url or f"http://{host}:{port}"
     # Before anything touches the state: the backend adopts jobs and the token file is written.
@@ -210,6 +233,8 @@ def serve(
         stragglers=stragglers,
         public_metrics=opts.public_metrics,
         max_auth_failures_per_minute=opts.auth_failures_per_minute,
+        jobs_root=jobs_root.resolve() if jobs_root is not None else None,
+        allow_root_jobs=allow_root_jobs,
     )
     executor: Any = None
     if backend == "slurm":
@@ -226,6 +251,13 @@ def serve(
         )
     with database_errors(db):
         service = build_service(db, config, min_grace_s=min_grace, backend=executor)
+    make_private(state_dir, db)
+    if backend == "local" and os.geteuid() == 0 and not allow_root_jobs:
+        typer.echo(
+            "arbiter: running as root: jobs of teams without a run_as user will be refused "
+            "(set one with PUT /v1/teams/NAME, or pass --allow-root-jobs)",
+            err=True,
+        )
     if executor is not None:
         _sync_nodes(service.loop, executor, heartbeat_timeout / 3)
     token_file = state_dir / "admin.token"

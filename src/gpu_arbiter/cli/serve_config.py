@@ -26,7 +26,7 @@ from gpu_arbiter.domain import InvalidInput
 # Options that are about the command itself, not the service it runs.
 NOT_CONFIG = {"config", "print_config_reference"}
 # Options given as paths: relative ones in the file are taken from the file's folder.
-PATHS = {"state_dir", "reports", "kubeconfig", "slurm_config"}
+PATHS = {"state_dir", "reports", "kubeconfig", "slurm_config", "jobs_root"}
 
 
 def _key(name: str) -> str:
@@ -127,6 +127,17 @@ class ServeConfig(BaseModel):
         False,
         description="When another serve holds the state dir or the database, wait and take "
         "over when it is gone instead of refusing (docs/deployment.md).",
+    )
+    jobs_root: Path | None = Field(
+        None,
+        description="Folder of the jobs' working directories, one per job, outside the state "
+        "dir (backend `local`). Unset: `STATE_DIR-work` beside the state dir.",
+    )
+    allow_root_jobs: bool = Field(
+        False,
+        description="Run team jobs as root when the server runs as root and the team names no "
+        "`run_as` user. Unset, such jobs are refused: a root job reads the server's database "
+        "and tokens (docs/deployment.md).",
     )
     public_metrics: bool = Field(
         False,

@@ -192,7 +192,12 @@ def build_service(
     metrics = Metrics()
     auth = Authenticator(db, config.max_auth_failures_per_minute)
     if backend is None:
-        backend = LocalBackend(config.state_dir / "jobs", min_grace_s=min_grace_s)
+        backend = LocalBackend(
+            config.state_dir / "jobs",
+            min_grace_s=min_grace_s,
+            jobs_root=config.work_root,
+            allow_root=config.allow_root_jobs,
+        )
     loop = ControlLoop(db, backend, config, auth, metrics)
     return Service(db, loop, auth, metrics, backend)
 

@@ -113,6 +113,9 @@ SCHEDULER = "scheduler"
 
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
+    """The server's settings. `state_dir` is the server's own (logs, process state, the admin
+    token; mode 0700); the jobs work under `work_root`, outside it."""
+
     state_dir: Path
     public_url: str = "http://127.0.0.1:8080"
     policy: str = "arbiter"
@@ -127,7 +130,17 @@ class ServerConfig:
     accrue_s: float = 60.0
     stragglers: StragglerConfig = field(default_factory=StragglerConfig)
     public_metrics: bool = False  # per-team series on /metrics without a token
+    jobs_root: Path | None = None  # jobs' working directories (default: `work_root`)
+    allow_root_jobs: bool = False  # team jobs may run as root (the local backend refuses else)
     max_auth_failures_per_minute: int = 30  # per client address, then 429
+
+    @property
+    def work_root(self) -> Path:
+        """Where each job gets its working directory: `jobs_root`, else `<state_dir>-work`
+        beside the state directory (outside it, and one per server)."""
+        if self.jobs_root is not None:
+            return self.jobs_root
+        return self.state_dir.with_name(self.state_dir.name + "-work")
 
 
 @dataclass(slots=True)
@@ -1127,7 +1140,7 @@ class ControlLoop:
             "ARBITER_JOB_TOKEN": self.job_token(job_id),
             "ARBITER_TEAM": live.spec.team,
             "ARBITER_TIER": str(int(tier)),
-            "ARBITER_CHECKPOINT_DIR": str(self.cfg.state_dir / "checkpoints" / job_id),
+            "ARBITER_CHECKPOINT_DIR": str(self.cfg.work_root / job_id / "checkpoints"),
         }
 
     def _node_down(self, tx: _Tx, name: str, state: str, reason: str, actor: str) -> None:
