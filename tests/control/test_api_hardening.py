@@ -177,7 +177,7 @@ def test_every_error_answers_in_the_shape_the_schema_documents(live):
     for path, ops in spec["paths"].items():
         for method, op in ops.items():
             documented = set(op["responses"])
-            assert {"401", "403", "404", "405", "409", "415", "422", "429"} <= documented, (
+            assert {"400", "401", "403", "404", "405", "409", "415", "422", "429"} <= documented, (
                 method,
                 path,
             )

@@ -9,10 +9,10 @@ node endpoints only. /metrics shows per-team series only to a token that may see
 
 Errors, each documented in the OpenAPI schema: a bad body, path or query → 422 naming the
 field (`{"detail": "body.gpus: ...", "errors": [...]}`), a refused job (e.g. larger than the
-cluster) → 422 with the engine's message and `errors: []`, a body that is not JSON → 415, no or
-bad token → 401, too many bad tokens from one address → 429 with Retry-After, not allowed →
-403, unknown → 404, wrong method → 405, state clash → 409, no nodes yet → 503. Every other
-error answers `{"detail": "..."}`.
+cluster) → 422 with the engine's message and `errors: []`, a body that is not even text → 400,
+a body not declared JSON → 415, no or bad token → 401, too many bad tokens from one address →
+429 with Retry-After, not allowed → 403, unknown → 404, wrong method → 405, state clash → 409,
+no nodes yet → 503. Every other error answers `{"detail": "..."}`.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ValidationError
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from gpu_arbiter.backends.base import Backend
 from gpu_arbiter.backends.local import LocalBackend
@@ -145,6 +147,7 @@ def _problem(description: str, model: type[BaseModel] = Problem) -> dict[str, An
 
 
 _RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: _problem("The body cannot be read as JSON at all (e.g. not UTF-8)"),
     401: _problem("No token, or an unknown or revoked one"),
     403: _problem("The token may not do this"),
     404: _problem("No such object, or one the token may not see"),
@@ -231,6 +234,7 @@ def create_app(service: Service, reports_dir: Path | None = None) -> FastAPI:
     for exc_type, status in _STATUS.items():
         app.add_exception_handler(exc_type, _handler(status))
     app.add_exception_handler(TooManyFailures, _too_many)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
 
     # -- service ---------------------------------------------------------------------------
@@ -239,8 +243,13 @@ def create_app(service: Service, reports_dir: Path | None = None) -> FastAPI:
     def healthz() -> dict[str, Any]:
         return {"ok": True, "nodes": len(loop.nodes), "active_jobs": len(loop.live)}
 
-    @app.get("/metrics", tags=["service"], response_class=PlainTextResponse)
-    async def metrics(request: Request, _token: Annotated[Any, Security(_BEARER)]) -> Response:
+    @app.get(
+        "/metrics",
+        tags=["service"],
+        response_class=PlainTextResponse,
+        openapi_extra={"security": [{}, {"HTTPBearer": []}]},  # a token is optional here
+    )
+    async def metrics(request: Request) -> Response:
         """Prometheus exposition. Per-team series (spend, burn rate) need a token: an admin's
         shows every team, a team's its own; without one only cluster-wide series are shown,
         unless the server was started with public metrics."""
@@ -526,6 +535,8 @@ def create_app(service: Service, reports_dir: Path | None = None) -> FastAPI:
         return StreamingResponse(lines, media_type="application/x-ndjson")
 
     app.include_router(dashboard_router(loop, db, auth, reports_dir))
+    openapi = app.openapi
+    app.openapi = lambda: app.openapi_schema or _errors_are_json(openapi())  # type: ignore[method-assign]
     hot = [r for r in app.routes if getattr(r, "endpoint", None) is submit]
     app.add_middleware(_FastLane, routes=hot)
     app.add_middleware(_JsonBodies)
@@ -575,6 +586,33 @@ def _handler(status: int) -> Callable[[Request, Exception], Awaitable[JSONRespon
         return JSONResponse({"detail": str(exc)}, status_code=status)
 
     return handle
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's own errors in the one shape; a 405's Allow lists every method of the path,
+    not only those of the first route that matched it."""
+    assert isinstance(exc, StarletteHTTPException)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        methods = set()
+        for route in request.app.router.routes:
+            if route.matches(request.scope)[0] != Match.NONE:
+                methods |= getattr(route, "methods", None) or set()
+        headers["Allow"] = ", ".join(sorted(methods))
+    return JSONResponse({"detail": str(exc.detail)}, status_code=exc.status_code, headers=headers)
+
+
+def _errors_are_json(schema: dict[str, Any]) -> dict[str, Any]:
+    """Document every error answer as JSON: FastAPI gives a route's extra responses the
+    route's own media type, which for the plain-text routes (/metrics, a job's log) is not
+    what their errors are sent as."""
+    for ops in schema.get("paths", {}).values():
+        for op in ops.values():
+            for status, response in op.get("responses", {}).items():
+                content = response.get("content", {})
+                if not status.startswith("2") and "text/plain" in content:
+                    response["content"] = {"application/json": content.pop("text/plain")}
+    return schema
 
 
 async def _too_many(_request: Request, exc: Exception) -> JSONResponse:
