@@ -21,11 +21,13 @@ def test_teams_create_set_list_and_delete(live):
                "--budget", "500"))  # fmt: skip
     out = arbiter(live, ADMIN, "teams", "create", "adm-a")
     assert out.returncode == 2 and "already exists" in out.stderr
+    ok(arbiter(live, ADMIN, "teams", "set", "adm-a", "--run-as", "nobody"))
     ok(arbiter(live, ADMIN, "teams", "set", "adm-a", "--weight", "3"))
     team = next(t for t in json.loads(ok(arbiter(live, ADMIN, "teams", "--json")))
                 if t["name"] == "adm-a")  # fmt: skip
-    # `set` changed the weight and left the quota and budget as they were
+    # `set` changed the weight and left the quota, budget and run_as user as they were
     assert (team["weight"], team["quota"], team["budget_per_period"]) == (3.0, {"H100": 2}, 500)
+    assert team["run_as"] == "nobody"
     ok(arbiter(live, ADMIN, "teams", "set", "adm-a", "--budget", "none"))
     listed = json.loads(ok(arbiter(live, ADMIN, "teams", "list", "--json")))
     assert next(t for t in listed if t["name"] == "adm-a")["budget_per_period"] is None

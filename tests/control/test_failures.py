@@ -232,7 +232,7 @@ def test_what_exec_cannot_take_is_refused_at_submit_naming_the_field(db, state, 
 
 
 def test_the_local_backend_reports_an_environment_exec_refuses_as_a_launch_failure(tmp_path):
-    b = LocalBackend(tmp_path)
+    b = LocalBackend(tmp_path, allow_root=True)
     b.start(Placement("big", "true", {"n1": (0,)}, "H100", env={"BIG": "x" * 3_000_000}))
     b.start(Placement("nul", "true", {"n1": (1,)}, "H100", env={"N": "a\0b"}))
     got = b.poll()

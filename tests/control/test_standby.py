@@ -47,7 +47,11 @@ def test_a_standby_takes_over_from_a_killed_leader_adopting_jobs_and_losing_no_s
     state = tmp_path / "state"
     leader = start_server(pg, state, "--min-grace", "1")
     standby = ServerProcess(
-        pg, state, ADMIN, extra=["--min-grace", "1", "--standby"], log_path=tmp_path / "b.log"
+        pg,
+        state,
+        ADMIN,
+        extra=["--min-grace", "1", "--standby", "--allow-root-jobs"],
+        log_path=tmp_path / "b.log",
     )
     urls = f"{leader.url},{standby.url}"
     c = Cluster(leader)

@@ -21,7 +21,7 @@ from gpu_arbiter.domain.errors import InvalidInput
 
 # What `PUT /v1/teams/NAME` takes; `teams set` sends back those the server shows for the team
 # so that a change of one leaves the others as they were.
-TEAM_FIELDS = ("weight", "quota", "budget_per_period", "breaker_policy", "webhook_url")
+TEAM_FIELDS = ("weight", "quota", "budget_per_period", "breaker_policy", "webhook_url", "run_as")
 
 
 def register(app: typer.Typer) -> None:
@@ -122,6 +122,11 @@ Webhook = Annotated[
     typer.Option(help="URL told of breaker trips (a Slack incoming webhook), or none."),
 ]
 
+RunAs = Annotated[
+    str | None,
+    typer.Option("--run-as", help="Unix user the team's jobs run as (local backend), or none."),
+]
+
 
 def _team_body(
     quota: list[str] | None,
@@ -129,6 +134,7 @@ def _team_body(
     budget: str | None,
     breaker_policy: str | None,
     webhook: str | None,
+    run_as: str | None = None,
 ) -> dict[str, Any]:
     """The fields given on the command line, as the API names them."""
     body: dict[str, Any] = {}
@@ -143,6 +149,8 @@ def _team_body(
         body["breaker_policy"] = breaker_policy
     if webhook is not None:
         body["webhook_url"] = None if webhook.lower() == "none" else webhook
+    if run_as is not None:
+        body["run_as"] = None if run_as.lower() == "none" else run_as
     return body
 
 
@@ -157,6 +165,7 @@ def create_team(
     budget: Budget = None,
     breaker_policy: BreakerPolicy = None,
     webhook: Webhook = None,
+    run_as: RunAs = None,
     url: Url = DEFAULT_URL,
     token: Token = "",
     as_json: Json = False,
@@ -164,7 +173,7 @@ def create_team(
     """Create a team (admin); an existing one is refused (change it with `teams set`)."""
     if _team(url, token, name) is not None:
         raise InvalidInput(f"team {name!r} already exists (change it with `arbiter teams set`)")
-    body = _team_body(quota, weight, budget, breaker_policy, webhook)
+    body = _team_body(quota, weight, budget, breaker_policy, webhook, run_as)
     team = api(url, token, "PUT", f"/v1/teams/{name}", json=body)
     _print(team, as_json, line=f"Created team {name}")
 
@@ -176,6 +185,7 @@ def set_team(
     budget: Budget = None,
     breaker_policy: BreakerPolicy = None,
     webhook: Webhook = None,
+    run_as: RunAs = None,
     url: Url = DEFAULT_URL,
     token: Token = "",
     as_json: Json = False,
@@ -185,7 +195,7 @@ def set_team(
     if current is None:
         raise InvalidInput(f"team {name!r} does not exist (create it with `arbiter teams create`)")
     body = {k: current[k] for k in TEAM_FIELDS if k in current}
-    body.update(_team_body(quota, weight, budget, breaker_policy, webhook))
+    body.update(_team_body(quota, weight, budget, breaker_policy, webhook, run_as))
     team = api(url, token, "PUT", f"/v1/teams/{name}", json=body)
     _print(team, as_json, line=f"Changed team {name}")
 
