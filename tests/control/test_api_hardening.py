@@ -70,6 +70,8 @@ def test_integers_past_what_the_database_stores_are_refused_not_a_500(live):
     r = live.admin.delete(f"/v1/tokens/{TOO_BIG}")
     assert r.status_code == 422 and "token_id" in r.json()["detail"], r.text
     assert live.admin.delete(f"/v1/tokens/{MAX_ID}").status_code == 404
+    r = live.admin.get("/v1/jobs", params={"limt": 10})
+    assert r.status_code == 422 and "query.limt" in r.json()["detail"], r.text
     r = live.admin.put("/v1/teams/big", json={"quota": {"H100": TOO_BIG}})
     assert r.status_code == 422 and "quota" in r.json()["detail"]
 

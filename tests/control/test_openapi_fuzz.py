@@ -87,6 +87,8 @@ def test_the_published_schema_is_the_one_served(fuzz_server):
 def test_every_operation_answers_as_documented_and_never_5xx(case, fuzz_server):
     if case.path_parameters and case.path_parameters.get("token_id") == 1:
         return  # revoking the admin token (id 1) would leave the rest of the pass unauthorised
+    if case.path == "/v1/drain":
+        return  # a drain stops the server for good (test_drain.py covers it)
     case.call_and_validate(
         base_url=fuzz_server.server.url,
         headers={"Authorization": f"Bearer {ADMIN}"},

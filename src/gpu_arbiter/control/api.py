@@ -142,6 +142,39 @@ class ValidationProblem(BaseModel):
     errors: list[FieldError]
 
 
+_QUERY_NAMES: dict[int, set[str]] = {}
+
+
+async def _known_query_only(request: Request) -> None:
+    """Refuse a query parameter the API's route does not take (422 naming it), as the bodies
+    refuse unknown fields: a misspelt `?limt=10` must not be quietly ignored."""
+    route = request.scope.get("route")
+    if route is None or not request.url.path.startswith("/v1/"):
+        return
+    known = _QUERY_NAMES.get(id(route))
+    if known is None:
+        known = _QUERY_NAMES[id(route)] = _query_names(route.dependant)
+    unknown = [name for name in request.query_params if name not in known]
+    if unknown:
+        raise RequestValidationError(
+            [
+                {
+                    "loc": ("query", name),
+                    "msg": "unknown query parameter",
+                    "type": "extra_forbidden",
+                }
+                for name in unknown
+            ]
+        )
+
+
+def _query_names(dependant: Any) -> set[str]:
+    names = {p.alias for p in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names
+
+
 def _problem(description: str, model: type[BaseModel] = Problem) -> dict[str, Any]:
     return {"model": model, "description": description}
 
@@ -228,6 +261,7 @@ def create_app(service: Service, reports_dir: Path | None = None) -> FastAPI:
         summary="Who gets which GPUs: jobs, nodes, teams, quotas, prices, ledger, telemetry.",
         lifespan=lifespan,
         responses=_RESPONSES,
+        dependencies=[Depends(_known_query_only)],
     )
     app.state.auth = auth
 
