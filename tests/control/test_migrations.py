@@ -107,7 +107,7 @@ def test_a_database_of_a_newer_release_is_refused_and_left_as_it_is(db, tmp_path
 def test_todays_serve_runs_a_release_0_1_0_database(db, tmp_path):
     """The upgraded service shows the old jobs and bill, and runs the job 0.1.0 left queued."""
     build_release_0_1_0(db)
-    server = ServerProcess(db, tmp_path / "state", OLD_ADMIN)
+    server = ServerProcess(db, tmp_path / "state", OLD_ADMIN, extra=["--allow-root-jobs"])
     server.start()
     agent = None
     try:
