@@ -39,8 +39,38 @@ def cluster() -> Snapshot:
         TeamState("b", 1.0, {}, {"H100": 1}, None, None, 0.8, 0.0),
     )
     pending = (
-        PendingJob("j9", "b", 3, 3, 4, ("H100",), 1, None, "normal", 1000, 50.0, 90.0),
-        PendingJob("j8", "a", 2, 2, 3, ("H100",), 1, None, "normal", 1000, 20.0, 20.0),
+        PendingJob(
+            "j9",
+            "b",
+            3,
+            3,
+            4,
+            ("H100",),
+            1,
+            None,
+            "normal",
+            1000,
+            50.0,
+            90.0,
+            "capacity",
+            "needs 4 H100, 3 free",
+        ),
+        PendingJob(
+            "j8",
+            "a",
+            2,
+            2,
+            3,
+            ("H100",),
+            1,
+            None,
+            "normal",
+            1000,
+            20.0,
+            20.0,
+            "gang",
+            "needs 3 H100 on one node",
+        ),
     )
     return Snapshot(
         now=100.0,
@@ -97,7 +127,8 @@ def test_queue_is_in_tier_then_age_order_with_wait_times_and_reasons():
     j9 = q["jobs"][1]
     assert j9["wait_s"] == 50.0 and j9["queued_s"] == 10.0
     assert j9["name"] == "sweep" and j9["note"] == "stopped after preemption"
-    assert j9["reason"] == "capacity" and q["by_reason"] == {"gang": 1, "capacity": 1}
+    assert j9["reason"] == "capacity" and j9["why"] == "needs 4 H100, 3 free"
+    assert q["by_reason"] == {"gang": 1, "capacity": 1}
 
 
 def test_queue_for_a_team_lists_its_jobs_and_counts_the_others():

@@ -197,7 +197,7 @@ def queue_row(job: dict[str, Any], why: dict[str, str]) -> list[str]:
 
 
 def _why_pending(url: str, token: str) -> dict[str, str]:
-    """Why each pending job waits, worked out by the server's dashboard (`web.reasons`); none
+    """Why each pending job waits, as the server's engine records it (`engine.waiting`); none
     when it cannot say (an older server)."""
     try:
         view = api(url, token, "GET", "/ui/api/queue", params={"limit": 10_000})

@@ -31,6 +31,7 @@ class CycleContext:
     stop: bool = False
     timely: bool = False  # the job being looked at met a rule that can change with time alone
     wait_on: str | None = None  # the type the job being looked at waits for, if not its fastest
+    kept_for: str | None = None  # whose reservation kept the job being looked at off free GPUs
     retry: bool = False  # a per-cycle limit (power stagger) held a job back: look again next cycle
     # A victim stopped at once went back to the queue behind the walk: it may fit elsewhere now.
     stopped_at_once: bool = False

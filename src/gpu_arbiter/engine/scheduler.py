@@ -12,9 +12,10 @@ Finally elastic jobs grow into what is left.
 
 One module per question, each a part of the `Scheduler` it is mixed into:
 `engine.state` (the running state and its only mutators), `engine.walk` (one pending job:
-place -> preempt -> reserve), `engine.memo` (blocked and hopeless stamps), `engine.reservations`
-(backfill reservations), `engine.preemption` (who may be a victim, in what order, with what
-notice, which plan wins); the cycle's context (`engine.context`) is passed to every step.
+place -> preempt -> reserve), `engine.memo` (blocked and hopeless stamps), `engine.waiting`
+(why a pending job waits, `why_pending`), `engine.reservations` (backfill reservations),
+`engine.preemption` (who may be a victim, in what order, with what notice, which plan wins);
+the cycle's context (`engine.context`) is passed to every step.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from gpu_arbiter.engine.reservations import Reservations
 from gpu_arbiter.engine.sharing import SharedGpus
 from gpu_arbiter.engine.spares import HotSpares
 from gpu_arbiter.engine.state import EngineState, Hold
+from gpu_arbiter.engine.waiting import Tried, WhyPending
 from gpu_arbiter.engine.walk import Walk
 
 
@@ -73,7 +75,15 @@ class CycleResult:
 
 
 class Scheduler(
-    EngineState, Walk, Stamps, Reservations, PreemptionStep, VictimLists, Notices, Eligibility
+    EngineState,
+    Walk,
+    Stamps,
+    Reservations,
+    PreemptionStep,
+    VictimLists,
+    Notices,
+    Eligibility,
+    WhyPending,
 ):
     """The engine's facade: what drivers report, and `cycle`. The steps live in the mixed-in
     classes, one module per question (see the module doc)."""
@@ -150,6 +160,7 @@ class Scheduler(
         self._blocked: dict[str, tuple] = {}  # job id -> `_blocked_stamp` of its last failure
         # When each pending job last had a full try (was not set aside as still blocked).
         self.last_try: dict[str, float] = {}
+        self._waits: dict[str, Tried] = {}  # what each pending job's last full try found
         self._started_at: float | None = None  # when a job last started (a victim after that)
         self._place_failed = FailureMemo()
         # EASY: read for every blocked job. Only such a policy reads walltime estimates (it
@@ -243,6 +254,7 @@ class Scheduler(
         self.queue.remove(job)
         self._blocked.pop(job.id, None)
         self.last_try.pop(job.id, None)
+        self._waits.pop(job.id, None)
         job.state = JobState.CANCELLED
         job.finished_at = now
         return job

@@ -74,6 +74,7 @@ class EngineState:
         self.queue.remove(job)
         self._blocked.pop(job.id, None)
         self.last_try.pop(job.id, None)
+        self._waits.pop(job.id, None)
         self._rebalance(job.team, t, changed)
         if decide:
             self._decisions.append(Start(job.id, alloc, job.borrowed))

@@ -16,6 +16,7 @@ from gpu_arbiter.engine.context import CycleContext
 from gpu_arbiter.engine.elastic import start_sizes
 from gpu_arbiter.engine.placement import Request, place
 from gpu_arbiter.engine.policy import Backfill, Heterogeneity
+from gpu_arbiter.engine.waiting import Tried
 
 
 class Walk:
@@ -51,7 +52,7 @@ class Walk:
             return False
         self.last_try[job.id] = now
         ctx.timely = False
-        ctx.wait_on = None
+        ctx.wait_on = ctx.kept_for = None
         failure = self._attempt(job, now, ctx)
         if failure is None:
             return True
@@ -106,8 +107,10 @@ class Walk:
                     continue
                 res = self._reservation_over(job, t, ctx)
                 off_limits = res is not None and not self._backfill_ok(res, job, t, n, now)
-                if off_limits and res.node is None:
-                    continue
+                if off_limits:
+                    ctx.kept_for = res.job_id
+                    if res.node is None:
+                        continue
                 held = res.node if off_limits else self._held_node(job, t, ctx)
                 sig = (
                     t,
@@ -147,7 +150,8 @@ class Walk:
         it waits for (its fastest, unless the preemption step chose another) if none are
         reserved there (or stop the walk, for strict order) and remember the failure unless
         time alone can change it (by what it was blocked on, or by what can end its `hopeless`
-        wait)."""
+        wait). What it found is noted for `why_pending` (`engine.waiting`)."""
+        self._waits[job.id] = Tried(n, ctx.kept_for, hopeless is not None)
         self._note_blocked(types, n, ctx)
         if self.policy.backfill == Backfill.NONE:
             ctx.stop = True

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from gpu_arbiter.control.loop import ControlLoop
-from gpu_arbiter.domain import MILLI, Cluster, Tier
+from gpu_arbiter.domain import MILLI, Cluster
 from gpu_arbiter.economy import is_preemptible
 from gpu_arbiter.engine.capacity import POWER_FACTOR
 
@@ -47,10 +47,8 @@ class Holding:
 
 @dataclass(frozen=True, slots=True)
 class PendingJob:
-    """A job in the queue with what placement needs to know about it. `gpus` is the smallest
-    size it may start at; `tier1_quota_ok` is False for a tier-1 job that fits neither its
-    team's quota nor the free pool of any accepted type; `waiting_on` counts the tier-2 victims
-    a job holding GPUs still waits for (0 when it holds none)."""
+    """A job in the queue. `gpus` is the smallest size it may start at; `reason` and `why` are
+    the engine's record of why it waits (`engine.waiting`: a code and a sentence)."""
 
     id: str
     team: str
@@ -64,8 +62,8 @@ class PendingJob:
     gpu_milli: int
     submitted_at: float
     queued_since: float
-    tier1_quota_ok: bool = True
-    waiting_on: int = 0
+    reason: str = "queued"
+    why: str = "no scheduling cycle has looked at it yet"
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,20 +143,13 @@ def copy(loop: ControlLoop, now: float) -> Copied:
         for j in sched.running.values()
         if j.allocation is not None
     ]
-    waiting = {job_id: len(h.waiting) for job_id, h in sched.holds.items()}
+    why = sched.waiting_reasons()
     pending = []
     for job in [*sched.queue.jobs(), *(h.job for h in sched.holds.values())]:
         types = tuple(sched.types_by_speed(job))
-        quota_ok = True
-        if job.tier == Tier.CORE and sched.policy.quotas:
-            n = job.spec.elastic_range[0]
-            quota_ok = any(sched.admissible(job, t, n) for t in types)
         live = loop.live.get(job.id)
         submitted = live.submitted_at if live is not None else job.spec.submit_s
-        pending.append(
-            (job.spec, int(job.tier), job.queued_since, types, quota_ok, waiting.get(job.id, 0),
-             submitted)
-        )  # fmt: skip
+        pending.append((job.spec, int(job.tier), job.queued_since, types, why[job.id], submitted))
     return Copied(
         now=now,
         teams=teams,
@@ -214,10 +205,10 @@ def build(c: Copied) -> Snapshot:
             gpu_milli=spec.gpu_milli,
             submitted_at=submitted,
             queued_since=queued_since,
-            tier1_quota_ok=quota_ok,
-            waiting_on=waiting,
+            reason=waiting.code,
+            why=waiting.text,
         )
-        for spec, tier, queued_since, types, quota_ok, waiting, submitted in c.pending
+        for spec, tier, queued_since, types, waiting, submitted in c.pending
     )
     return Snapshot(
         now=c.now,

@@ -14,7 +14,6 @@ from typing import Any
 
 from gpu_arbiter.economy.chargeback import RUN
 from gpu_arbiter.metrics import Segment, timeline
-from gpu_arbiter.web.reasons import reasons
 from gpu_arbiter.web.snapshot import Snapshot
 
 # One character per GPU in the heat map, so 10,000 GPUs are 10,000 bytes of JSON.
@@ -124,14 +123,12 @@ def queue_view(
 ) -> dict[str, Any]:
     """Queued jobs in tier, then age order, with why each waits. `rows` are the jobs' database
     rows by id (for the name, the last note the control plane left and the preemption count)."""
-    why = reasons(snap)
     order = sorted(snap.pending, key=lambda j: (j.tier, j.queued_since, j.id))
     jobs = []
     hidden = 0
     by_reason: dict[str, int] = {}
     for pos, job in enumerate(order, start=1):
-        r = why[job.id]
-        by_reason[r.code] = by_reason.get(r.code, 0) + 1
+        by_reason[job.reason] = by_reason.get(job.reason, 0) + 1
         if not viewer.sees(job.team):
             hidden += 1
             continue
@@ -150,8 +147,8 @@ def queue_view(
                 "gpu_types": list(job.gpu_types),
                 "wait_s": max(0.0, snap.now - job.submitted_at),
                 "queued_s": max(0.0, snap.now - job.queued_since),
-                "reason": r.code,
-                "why": r.text,
+                "reason": job.reason,
+                "why": job.why,
                 "note": row.get("reason", ""),
                 "preemptions": row.get("preemptions", 0),
             }
