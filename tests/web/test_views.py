@@ -38,39 +38,10 @@ def cluster() -> Snapshot:
         TeamState("a", 2.0, {"H100": 4}, {"H100": 2}, 100.0, 60.0, 7.0, 0.0, 5.0, 3600.0),
         TeamState("b", 1.0, {}, {"H100": 1}, None, None, 0.8, 0.0),
     )
+    row = ("H100",), 1, None, "normal", 1000
     pending = (
-        PendingJob(
-            "j9",
-            "b",
-            3,
-            3,
-            4,
-            ("H100",),
-            1,
-            None,
-            "normal",
-            1000,
-            50.0,
-            90.0,
-            "capacity",
-            "needs 4 H100, 3 free",
-        ),
-        PendingJob(
-            "j8",
-            "a",
-            2,
-            2,
-            3,
-            ("H100",),
-            1,
-            None,
-            "normal",
-            1000,
-            20.0,
-            20.0,
-            "gang",
-            "needs 3 H100 on one node",
-        ),
+        PendingJob("j9", "b", 3, 3, 4, *row, 50.0, 90.0, "capacity", "needs 4 H100, 3 free"),
+        PendingJob("j8", "a", 2, 2, 3, *row, 20.0, 20.0, "gang", "needs 3 on one node"),
     )
     return Snapshot(
         now=100.0,

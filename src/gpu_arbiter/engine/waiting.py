@@ -47,13 +47,10 @@ class Waiting:
     text: str
 
 
-@dataclass(frozen=True, slots=True)
-class Tried:
-    """What a full try that left the job pending noted (`Walk._failed`)."""
-
-    n: int  # the smallest size it asked for
-    kept_for: str | None  # the job whose reservation kept it off GPUs it could have used
-    hopeless: bool
+# What a full try that left the job pending noted (`Walk._failed`), a plain tuple as the walk
+# makes one per failed try: the smallest size it asked for, the job whose reservation kept it
+# off GPUs it could have used (or None), and whether it was hopeless.
+Tried = tuple[int, str | None, bool]
 
 
 def usable(free_mask: int, gpus: int, domain: int, tp: int) -> int:
@@ -113,7 +110,7 @@ class _Finder:
                 "(their grace period)",
             )
         tried = sched._waits.get(job.id)
-        n = tried.n if tried is not None else start_sizes(job.spec, sched.policy.elastic)[-1]
+        n = tried[0] if tried is not None else start_sizes(job.spec, sched.policy.elastic)[-1]
         types = sched.types_by_speed(job)
         if (
             job.tier == Tier.CORE
@@ -155,12 +152,12 @@ class _Finder:
 
     def _on_type(self, job: Job, t: str, tried: Tried) -> Waiting:
         nodes = self.by_type[t]
-        n = 1 if job.spec.gpu_milli < MILLI else tried.n
+        n = 1 if job.spec.gpu_milli < MILLI else tried[0]
         free = self.index.type_free[t]
         if free < n:
             who = "running jobs it may not preempt hold the rest"
-            if not tried.hopeless:
-                who = "the rest are held by running jobs it found no preemption plan against"
+            if self.sched.policy.preemption and not tried[2]:
+                who = "running jobs hold the rest, and no preemption plan frees enough now"
             return Waiting("capacity", f"needs {n} {t}, {free} free: {who}")
         watts = self.index.watts_per_gpu(t, job.spec.power_profile)
         tp = job.spec.tp_size
@@ -236,7 +233,7 @@ class _Finder:
     def _reserved(self, job: Job, n: int, t: str, tried: Tried) -> Waiting:
         """The GPUs are free now: kept for the job whose reservation the try met (or that
         holds the type's reservation now), else its next try is due."""
-        holder = tried.kept_for
+        holder = tried[1]
         res = self.sched.reservations.get(t)
         if holder is None and res is not None and res.job_id != job.id:
             holder = res.job_id

@@ -16,7 +16,6 @@ from gpu_arbiter.engine.context import CycleContext
 from gpu_arbiter.engine.elastic import start_sizes
 from gpu_arbiter.engine.placement import Request, place
 from gpu_arbiter.engine.policy import Backfill, Heterogeneity
-from gpu_arbiter.engine.waiting import Tried
 
 
 class Walk:
@@ -151,7 +150,7 @@ class Walk:
         reserved there (or stop the walk, for strict order) and remember the failure unless
         time alone can change it (by what it was blocked on, or by what can end its `hopeless`
         wait). What it found is noted for `why_pending` (`engine.waiting`)."""
-        self._waits[job.id] = Tried(n, ctx.kept_for, hopeless is not None)
+        self._waits[job.id] = (n, ctx.kept_for, hopeless is not None)
         self._note_blocked(types, n, ctx)
         if self.policy.backfill == Backfill.NONE:
             ctx.stop = True
