@@ -26,6 +26,9 @@ from gpu_arbiter.control.launch import ServerProcess
 from gpu_arbiter.domain import Event, JobFinished, JobStopped
 from gpu_arbiter.domain.events import JobFailed, JobPlaced, NodeDown, NodeUp
 
+# These tests run as root and mean their jobs to run as root (a deployment must not).
+ROOT = {"allow_root": True}
+
 # -- parsing, no Slurm needed ----------------------------------------------------------------
 
 SHOW_JOB = """JobId=7 HetJobId=7 HetJobOffset=0 JobName=arbiter-j1
@@ -87,7 +90,9 @@ def _slurm(conf: str, *argv: str) -> str:
 
 @pytest.fixture
 def backend(slurm_conf: str, tmp_path: Path) -> Iterator[SlurmBackend]:
-    b = SlurmBackend(tmp_path / "jobs", partition="gpu", poll_interval_s=0.2, slurm_conf=slurm_conf)
+    b = SlurmBackend(
+        tmp_path / "jobs", partition="gpu", poll_interval_s=0.2, slurm_conf=slurm_conf, **ROOT
+    )
     yield b
     for job_id in list(b._jobs):
         b.stop(job_id, 0.0)
@@ -202,7 +207,7 @@ def test_drained_node_is_reported_down_with_slurms_reason_and_up_after_resume(ba
 def test_new_backend_adopts_the_jobs_slurm_still_runs(backend, tmp_path, slurm_conf):
     backend.start(Placement("s7", "sleep 300", {"node2": (0,)}, "H100"))
     again = SlurmBackend(
-        tmp_path / "jobs", partition="gpu", poll_interval_s=0.2, slurm_conf=slurm_conf
+        tmp_path / "jobs", partition="gpu", poll_interval_s=0.2, slurm_conf=slurm_conf, **ROOT
     )
     assert "s7" in {r.job_id for r in again.running()}
     again.stop("s7", 0.0)
@@ -217,7 +222,7 @@ def test_serve_with_slurm_backend_runs_a_submitted_job_on_the_gpus_it_reports(
         str(tmp_path / "a.db"),
         tmp_path / "state",
         "admin-tok",
-        extra=["--backend", "slurm", "--slurm-partition", "gpu"],
+        extra=["--backend", "slurm", "--slurm-partition", "gpu", "--allow-root-jobs"],
     )
     server.start()
     try:

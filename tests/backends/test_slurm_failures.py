@@ -19,7 +19,7 @@ from gpu_arbiter.backends.slurm import SlurmBackend, parse_sacct, slurm_time
 from gpu_arbiter.control.launch import ServerProcess
 from gpu_arbiter.domain import JobFinished, JobStopped
 from gpu_arbiter.domain.events import JobFailed, JobLaunchFailed, JobLost
-from tests.backends.test_slurm import _log, _of, _slurm, _wait
+from tests.backends.test_slurm import ROOT, _log, _of, _slurm, _wait
 from tests.control.harness import wait_for
 
 # -- parsing, no Slurm needed ----------------------------------------------------------------
@@ -45,7 +45,9 @@ def test_sacct_answers_with_the_newest_run_submitted_since_the_question():
 
 @pytest.fixture
 def backend(slurm_conf: str, tmp_path: Path) -> Iterator[SlurmBackend]:
-    b = SlurmBackend(tmp_path / "jobs", partition="gpu", poll_interval_s=0.2, slurm_conf=slurm_conf)
+    b = SlurmBackend(
+        tmp_path / "jobs", partition="gpu", poll_interval_s=0.2, slurm_conf=slurm_conf, **ROOT
+    )
     yield b
     for job_id in list(b._jobs):
         b.stop(job_id, 0.0)
@@ -114,7 +116,9 @@ def test_a_backend_restarted_within_a_grace_still_kills_the_job_at_its_deadline(
     noticed = time.time()
     backend.stop("f6", grace)
     backend.shutdown()  # the control plane restarts during the grace
-    again = SlurmBackend(backend.dir, partition="gpu", poll_interval_s=2.0, slurm_conf=slurm_conf)
+    again = SlurmBackend(
+        backend.dir, partition="gpu", poll_interval_s=2.0, slurm_conf=slurm_conf, **ROOT
+    )
     try:
         assert "f6" not in {r.job_id for r in again.running()}  # being stopped, not running
         _wait(again, lambda ev: _of(ev, JobStopped, "f6"), timeout_s=60)
@@ -135,14 +139,14 @@ def test_a_new_backend_tells_how_jobs_that_ended_unwatched_ended(backend, slurm_
 
     wait_for(gone, timeout_s=30)
     backend.shutdown()  # the control plane died before it saw either end
-    again = SlurmBackend(backend.dir, partition="gpu", slurm_conf=slurm_conf)
+    again = SlurmBackend(backend.dir, partition="gpu", slurm_conf=slurm_conf, **ROOT)
     assert not {"f3", "f4"} & {r.job_id for r in again.running()}
     failed, done = again.outcome("f3", since), again.outcome("f4", since)
     assert isinstance(failed, JobFailed) and failed.exit_code == 3, failed
     assert isinstance(done, JobFinished), done
     assert since - 1 <= failed.at <= time.time() and since - 1 <= done.at <= time.time()
     assert again.outcome("f3", time.time() + 5) is None  # not the run a later start asks about
-    assert (backend.dir / "f3.exit").read_text().split()[0] == "3"  # the exit record
+    assert (backend.files / "f3.exit").read_text().split()[0] == "3"  # the exit record
 
 
 def test_a_job_sbatch_refuses_is_a_launch_failure_with_slurms_error(backend):
@@ -173,9 +177,12 @@ def slurm_serve(slurm_conf, tmp_path, monkeypatch) -> Iterator[list[ServerProces
 
 
 def _submitted(servers: list[ServerProcess]) -> set[str]:
-    return {
-        p.name.removesuffix(".log") for s in servers for p in (s.state_dir / "jobs").glob("*.log")
-    }
+    return {p.name.removesuffix(".log") for s in servers for p in _files(s.state_dir).glob("*.log")}
+
+
+def _files(state_dir: Path) -> Path:
+    """Where serve's Slurm backend keeps Slurm's files of each job: the default jobs root's."""
+    return state_dir.with_name(state_dir.name + "-work") / ".slurm"
 
 
 def _serve(tmp_path: Path, servers: list[ServerProcess]) -> httpx.Client:
@@ -183,7 +190,7 @@ def _serve(tmp_path: Path, servers: list[ServerProcess]) -> httpx.Client:
         str(tmp_path / "a.db"),
         tmp_path / "state",
         "admin-tok",
-        extra=["--backend", "slurm", "--slurm-partition", "gpu"],
+        extra=["--backend", "slurm", "--slurm-partition", "gpu", "--allow-root-jobs"],
     )
     servers.append(server)
     server.start()
@@ -228,10 +235,10 @@ def test_serve_killed_while_a_slurm_job_ends_records_it_at_its_end_and_never_res
     body = {"team": "research", "command": "sleep 3", "gpus": 1}
     job_id = c.post("/v1/jobs", json=body).json()["id"]
     wait_for(lambda: _job(c, job_id)["state"] == "running")
-    wait_for((tmp_path / "state" / "jobs" / f"{job_id}.log").exists)  # sbatch went through
+    wait_for((_files(tmp_path / "state") / f"{job_id}.log").exists)  # sbatch went through
     slurm_serve[-1].kill()
     c.close()
-    record = tmp_path / "state" / "jobs" / f"{job_id}.exit"
+    record = _files(tmp_path / "state") / f"{job_id}.exit"
     wait_for(record.exists, timeout_s=30)
     ended = float(record.read_text().split()[1])
     wait_for(lambda: f"arbiter-{job_id}" not in _slurm(slurm_conf, "squeue", "-h", "-o", "%j"))

@@ -8,6 +8,7 @@ import logging
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
@@ -22,7 +23,7 @@ from gpu_arbiter.backends.slurm_inventory import parse_fields
 from gpu_arbiter.backends.slurm_shape import SlurmSettings
 from gpu_arbiter.control.launch import ServerProcess
 from gpu_arbiter.domain import InvalidInput, JobFinished
-from tests.backends.test_slurm import _log, _of, _slurm, _wait, _wait_job
+from tests.backends.test_slurm import ROOT, _log, _of, _slurm, _wait, _wait_job
 
 USER = "arbiter-t-vision"
 
@@ -101,7 +102,7 @@ def test_jobs_arbiter_did_not_submit_in_its_partition_are_a_warning_or_a_refusal
     ).stdout.strip()
     try:
         with caplog.at_level(logging.WARNING, logger="gpu_arbiter.backends.slurm"):
-            SlurmBackend(tmp_path / "jobs", partition="gpu", slurm_conf=slurm_conf)
+            SlurmBackend(tmp_path / "jobs", partition="gpu", slurm_conf=slurm_conf, **ROOT)
         assert f"{sid} (someone-else" in caplog.text
         refuse = SlurmSettings.model_validate({"foreign-jobs": "refuse"})
         with pytest.raises(InvalidInput, match="did not submit"):
@@ -120,7 +121,8 @@ def test_serve_submits_a_teams_jobs_with_the_account_shape_and_time_of_its_slurm
         str(tmp_path / "a.db"),
         tmp_path / "state",
         "admin-tok",
-        extra=["--backend", "slurm", "--slurm-partition", "gpu", "--slurm-config", str(config)],
+        extra=["--backend", "slurm", "--slurm-partition", "gpu", "--slurm-config", str(config)]
+        + ["--allow-root-jobs"],
     )
     server.start()
     try:
@@ -138,5 +140,63 @@ def test_serve_submits_a_teams_jobs_with_the_account_shape_and_time_of_its_slurm
         assert job["Account"] == "res"
         assert job["TimeLimit"] == "00:03:00"  # 120 s estimate + 60 s margin
         assert job["CpusPerTres"] == "gres:gpu:2"  # the job may still be pending
+    finally:
+        server.stop()
+
+
+def _slurm_server(tmp_path: Path, jobs_root: Path, *extra: str) -> ServerProcess:
+    """`arbiter serve --backend slurm` with its private state under pytest's folder (0700, as
+    the server makes it) and the jobs root where the teams' users can reach it."""
+    server = ServerProcess(
+        str(tmp_path / "a.db"),
+        tmp_path / "state",
+        "admin-tok",
+        extra=["--backend", "slurm", "--slurm-partition", "gpu", "--jobs-root", str(jobs_root)]
+        + list(extra),
+    )
+    server.start()
+    with server.client() as c:
+        deadline = time.monotonic() + 30
+        while c.get("/healthz").json()["nodes"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    return server
+
+
+def test_serve_runs_a_teams_slurm_job_as_its_user_beside_a_private_state_dir(
+    slurm_conf, tmp_path, monkeypatch, team_user, jobs_dir
+):
+    monkeypatch.setenv("SLURM_CONF", slurm_conf)
+    server = _slurm_server(tmp_path, jobs_dir)
+    try:
+        with server.client() as c:
+            team = {"quota": {"H100": 16}, "run_as": USER}
+            c.put("/v1/teams/vision", json=team).raise_for_status()
+            body = {"team": "vision", "command": "echo uid=$(id -u) cwd=$(pwd)", "gpus": 1}
+            job_id = c.post("/v1/jobs", json=body).json()["id"]
+            job = _wait_job(c, job_id, lambda j: j["state"] in ("completed", "failed"))
+            log = c.get(f"/v1/jobs/{job_id}/log").text
+        assert job["state"] == "completed", (job, log)
+        assert f"uid={team_user.pw_uid} cwd={jobs_dir / job_id}" in log
+        assert stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o700
+        assert (jobs_dir / job_id).stat().st_uid == team_user.pw_uid  # its own folder
+        files = jobs_dir / ".slurm"  # the server's folder: the job cannot swap its files
+        assert files.stat().st_uid == 0 and stat.S_IMODE(files.stat().st_mode) == 0o711
+    finally:
+        server.stop()
+
+
+def test_serve_refuses_a_slurm_job_of_a_team_without_run_as_unless_root_jobs_are_allowed(
+    slurm_conf, tmp_path, monkeypatch, jobs_dir
+):
+    monkeypatch.setenv("SLURM_CONF", slurm_conf)
+    server = _slurm_server(tmp_path, jobs_dir)
+    try:
+        with server.client() as c:
+            c.put("/v1/teams/research", json={"quota": {"H100": 16}}).raise_for_status()
+            body = {"team": "research", "command": "true", "gpus": 1}
+            job_id = c.post("/v1/jobs", json=body).json()["id"]
+            job = _wait_job(c, job_id, lambda j: j["state"] not in ("pending", "running"))
+        assert job["state"] == "failed", job
+        assert "no run_as user" in job["reason"] and "--allow-root-jobs" in job["reason"]
     finally:
         server.stop()

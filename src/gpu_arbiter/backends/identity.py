@@ -56,17 +56,14 @@ def job_user(run_as: str | None, team: str, allow_root: bool) -> JobUser:
     if run_as is None:
         entry = _entry(me)
         if me == 0 and not allow_root:
-            raise JobRefused(
-                f"team {team} has no run_as user and the server runs as root: set the team's "
-                f"run_as (PUT /v1/teams/{team}) or start the server with --allow-root-jobs"
-            )
+            raise root_refused(team, None)
         return JobUser(entry.pw_name, me, entry.pw_gid, entry.pw_dir, switch=False)
     try:
         entry = pwd.getpwnam(run_as)
     except KeyError:
         raise JobRefused(f"team {team}: run_as user {run_as!r} does not exist here") from None
     if entry.pw_uid == 0 and not allow_root:
-        raise JobRefused(f"team {team}: run_as {run_as!r} is root; start with --allow-root-jobs")
+        raise root_refused(team, run_as)
     if entry.pw_uid == me:
         return JobUser(entry.pw_name, me, entry.pw_gid, entry.pw_dir, switch=False)
     if me != 0:
@@ -77,6 +74,17 @@ def job_user(run_as: str | None, team: str, allow_root: bool) -> JobUser:
     if shutil.which("setpriv") is None:
         raise JobRefused("running jobs as another user needs setpriv (util-linux)")
     return JobUser(entry.pw_name, entry.pw_uid, entry.pw_gid, entry.pw_dir, switch=True)
+
+
+def root_refused(team: str, run_as: str | None) -> JobRefused:
+    """Why a team's job may not run as root without `--allow-root-jobs` (every backend that
+    runs jobs on the server's hosts says the same)."""
+    if run_as is None:
+        return JobRefused(
+            f"team {team} has no run_as user and the server runs as root: set the team's "
+            f"run_as (PUT /v1/teams/{team}) or start the server with --allow-root-jobs"
+        )
+    return JobRefused(f"team {team}: run_as {run_as!r} is root; start with --allow-root-jobs")
 
 
 def env_script(env: dict[str, str]) -> bytes:

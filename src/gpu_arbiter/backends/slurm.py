@@ -19,6 +19,14 @@ The batch script is a small wrapper: it runs the command, waits for it, and writ
 record (`<job>.exit`: exit code and end time) next to the job's log, so how a job ended is known
 even after Slurm has forgotten it.
 
+Files: Slurm writes a job's log and the wrapper its exit record as the job's user, so both live
+under the jobs root, outside the server's private state: `<jobs_root>/.slurm/<job>.log` and
+`.exit`, made for the job's user beforehand in a folder that is the server's, 0711 (the job
+writes its own files but cannot replace them with links to the server's files, which
+`GET /v1/jobs/{id}/log` would then read, nor list other jobs'). The job runs in its own
+`<jobs_root>/<job>` (0700, its user's), as on the local backend. What only the server may
+write, the `.stop` deadline, stays in the private state folder.
+
 Stopping: with a grace, `scancel --signal=TERM --full` (the notice reaches every process of the
 job at once) and, when the grace has run out, `scancel --batch --signal=USR2`, on which the
 wrapper SIGKILLs the job's whole process group. The kill must not go through Slurm's own
@@ -51,9 +59,9 @@ jobs Slurm still runs from `squeue` alone, whichever user they run as.
 Identities and shape (slurm_shape.py): a team's jobs run as its `run_as` user (`sbatch
 --uid/--gid` when Arbiter runs as root; an unknown user, or another user while Arbiter is not
 root, is a `JobLaunchFailed` naming it) and carry its `--account`, CPUs, memory and extra
-arguments, and `--time` from the walltime estimate. Slurm opens a job's log as the job's user,
-so the log and exit record are created for that user beforehand: the jobs folder and its
-parents must be traversable (`x`) by the teams' users.
+arguments, and `--time` from the walltime estimate. As on the local backend, a team job is not
+run as root (no `run_as` while Arbiter is root, or `run_as` root) unless `allow_root`. The jobs
+root's parents must be traversable (`x`) by the teams' users.
 """
 
 from __future__ import annotations
@@ -72,6 +80,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpu_arbiter.backends.base import Placement, Running
+from gpu_arbiter.backends.identity import root_refused
 from gpu_arbiter.backends.slurm_inventory import (
     SlurmJob,
     SlurmNode,
@@ -175,13 +184,22 @@ class SlurmBackend:
         settings: SlurmSettings | None = None,
         slurm_conf: str | None = None,
         timeout_s: float = 30.0,
+        jobs_root: str | Path | None = None,
+        allow_root: bool = False,
     ) -> None:
+        """`state_dir` holds what only the server writes (stop deadlines); `jobs_root` the
+        jobs' working directories and Slurm's files of each job (default: `<state_dir>-work`
+        beside it); `allow_root` lets team jobs run as root."""
         if poll_interval_s < 0:
             raise InvalidInput(
                 f"slurm backend: poll_interval_s must be >= 0, got {poll_interval_s}"
             )
         self.dir = Path(state_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
+        root = Path(jobs_root) if jobs_root is not None else None
+        self.jobs_root = root or self.dir.with_name(self.dir.name + "-work")
+        self.files = self.jobs_root / ".slurm"  # a job id never starts with a dot
+        self.allow_root = allow_root
         self.partition = partition
         self.poll_interval_s = poll_interval_s
         self.settings = settings or SlurmSettings()
@@ -213,13 +231,10 @@ class SlurmBackend:
         job_id = placement.job_id
         try:
             owner = self._owner(placement)
-        except InvalidInput as e:
+            self._prepare(placement, owner)
+        except (InvalidInput, OSError) as e:
             self._events.append(JobLaunchFailed(job_id, time.time(), str(e)))
             return
-        if owner is not None:  # Slurm opens these as the job's user
-            for path in (self.log_path(job_id), self._exit_record(job_id)):
-                path.touch(mode=0o600)
-                os.chown(path, owner.pw_uid, owner.pw_gid)
         try:
             out = self._run(
                 ["sbatch", "--parsable", *self._sbatch_args(placement, owner)],
@@ -328,7 +343,7 @@ class SlurmBackend:
         return None
 
     def log_path(self, job_id: str) -> Path:
-        return self.dir / f"{job_id}.log"
+        return self.files / f"{job_id}.log"
 
     def shutdown(self) -> None:
         """Forget the jobs without cancelling them: they outlive a control-plane restart."""
@@ -359,6 +374,8 @@ class SlurmBackend:
     def _owner(self, p: Placement) -> pwd.struct_passwd | None:
         """The user a job is submitted as, when not Arbiter's own (`--uid`, root only)."""
         if not p.run_as:
+            if os.geteuid() == 0 and not self.allow_root:
+                raise InvalidInput(str(root_refused(p.team, None)))
             return None
         try:
             user = pwd.getpwnam(p.run_as)
@@ -366,6 +383,8 @@ class SlurmBackend:
             raise InvalidInput(
                 f"slurm backend: team {p.team!r} runs as {p.run_as!r}, which is no user here"
             ) from None
+        if user.pw_uid == 0 and not self.allow_root:
+            raise InvalidInput(str(root_refused(p.team, p.run_as)))
         if user.pw_uid == os.geteuid():
             return None
         if os.geteuid() != 0:
@@ -373,12 +392,28 @@ class SlurmBackend:
                 f"slurm backend: cannot submit team {p.team!r}'s job as {p.run_as!r}: "
                 "Arbiter must run as root to submit as another user"
             )
-        if blocked := _untraversable(self.dir, user):
+        return user
+
+    def _prepare(self, p: Placement, owner: pwd.struct_passwd | None) -> None:
+        """The job's working directory (its user's, 0700, kept across its runs as on the local
+        backend) and, for a job of another user, its log and exit record made for that user
+        (Slurm opens them as the job's user) in the server's 0711 folder of Slurm's files."""
+        for folder in (self.jobs_root, self.files):
+            folder.mkdir(parents=True, exist_ok=True)
+            folder.chmod(0o711)
+        workdir = self.jobs_root / p.job_id
+        workdir.mkdir(mode=0o700, exist_ok=True)
+        if owner is None:
+            return
+        os.chown(workdir, owner.pw_uid, owner.pw_gid)
+        if blocked := _untraversable(self.files, owner):
             raise InvalidInput(
                 f"slurm backend: team {p.team!r}'s user {p.run_as!r} cannot reach its log in "
-                f"{self.dir}: {blocked} is closed to it (chmod o+x, docs/deployment.md)"
+                f"{self.files}: {blocked} is closed to it (chmod o+x, docs/deployment.md)"
             )
-        return user
+        for path in (self.log_path(p.job_id), self._exit_record(p.job_id)):
+            path.touch(mode=0o600)
+            os.chown(path, owner.pw_uid, owner.pw_gid)
 
     def _sbatch_args(self, p: Placement, owner: pwd.struct_passwd | None = None) -> list[str]:
         """sbatch's arguments for `p`, submitted as `owner` (None: Arbiter's own user)."""
@@ -386,6 +421,7 @@ class SlurmBackend:
         common = [
             f"--job-name={PREFIX}{p.job_id}",
             f"--output={self.log_path(p.job_id)}",
+            f"--chdir={self.jobs_root / p.job_id}",
             "--open-mode=append",
             "--no-requeue",
             "--ntasks-per-node=1",
@@ -424,7 +460,7 @@ class SlurmBackend:
         return args
 
     def _exit_record(self, job_id: str) -> Path:
-        return self.dir / f"{job_id}.exit"
+        return self.files / f"{job_id}.exit"
 
     def _stop_record(self, job_id: str) -> Path:
         return self.dir / f"{job_id}.stop"

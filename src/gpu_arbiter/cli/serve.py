@@ -10,8 +10,8 @@ line naming the first, before it touches anything, unless it is started with `--
 it waits until the first one is gone and takes over (with PostgreSQL, from another host too).
 
 The server's files are private (umask 077; the state directory 0700, the database and token
-files 0600, tightened on every start). With the local backend each job runs in its own
-directory under `--jobs-root`, as its team's `run_as` user; a team job is never run as root
+files 0600, tightened on every start). With the local and Slurm backends each job runs in its
+own directory under `--jobs-root`, as its team's `run_as` user; a team job is never run as root
 unless `--allow-root-jobs` says so.
 """
 
@@ -242,7 +242,13 @@ def serve(
         from gpu_arbiter.backends.slurm_shape import load
 
         settings = load(opts.slurm_config) if opts.slurm_config is not None else None
-        executor = SlurmBackend(state_dir / "jobs", partition=slurm_partition, settings=settings)
+        executor = SlurmBackend(
+            state_dir / "jobs",
+            partition=slurm_partition,
+            settings=settings,
+            jobs_root=config.work_root,
+            allow_root=allow_root_jobs,
+        )
     elif backend == "kubernetes":
         from gpu_arbiter.backends.kubernetes import KubernetesBackend
 
@@ -252,7 +258,7 @@ def serve(
     with database_errors(db):
         service = build_service(db, config, min_grace_s=min_grace, backend=executor)
     make_private(state_dir, db)
-    if backend == "local" and os.geteuid() == 0 and not allow_root_jobs:
+    if backend in ("local", "slurm") and os.geteuid() == 0 and not allow_root_jobs:
         typer.echo(
             "arbiter: running as root: jobs of teams without a run_as user will be refused "
             "(set one with PUT /v1/teams/NAME, or pass --allow-root-jobs)",
