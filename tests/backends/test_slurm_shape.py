@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -35,9 +33,13 @@ def _no_slurm_tools(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
 
 
-def _backend(tmp_path: Path, settings: dict | None = None) -> SlurmBackend:
+def _backend(
+    tmp_path: Path, settings: dict | None = None, allow_root: bool = False
+) -> SlurmBackend:
     settings_ = SlurmSettings.model_validate(settings or {})
-    return SlurmBackend(tmp_path / "jobs", partition="gpu", settings=settings_)
+    return SlurmBackend(
+        tmp_path / "jobs", partition="gpu", settings=settings_, allow_root=allow_root
+    )
 
 
 def _value(args: list[str], option: str) -> list[str]:
@@ -83,19 +85,25 @@ def test_a_job_of_another_user_is_submitted_with_its_uid_and_gid(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("only root submits as another user")
     nobody = pwd.getpwnam("nobody")
-    # The user must reach its log: not under pytest's own folders, which are root's 0700.
-    reachable = Path(tempfile.mkdtemp(prefix="arbiter-slurm-shape-", dir="/tmp"))
-    reachable.chmod(0o711)
-    try:
-        b = _backend(reachable)
-        p = Placement("j5", "true", {"node1": (0,)}, "H100", team="vision", run_as="nobody")
-        args = b._sbatch_args(p, b._owner(p))
-        own = Placement("j6", "true", {"node1": (0,)}, "H100", run_as=pwd.getpwuid(0).pw_name)
-        assert b._owner(own) is None  # its own user: no --uid
-    finally:
-        shutil.rmtree(reachable)
+    b = _backend(tmp_path)
+    p = Placement("j5", "true", {"node1": (0,)}, "H100", team="vision", run_as="nobody")
+    args = b._sbatch_args(p, b._owner(p))
     assert _value(args, "--uid") == [str(nobody.pw_uid)]
     assert _value(args, "--gid") == [str(nobody.pw_gid)]
+    assert _value(args, "--chdir") == [str(tmp_path / "jobs-work" / "j5")]
+    own = Placement("j6", "true", {"node1": (0,)}, "H100", run_as=pwd.getpwuid(0).pw_name)
+    assert _backend(tmp_path, allow_root=True)._owner(own) is None  # its own user: no --uid
+
+
+@pytest.mark.parametrize("run_as", [None, "root"])
+def test_a_team_job_as_root_fails_the_launch_unless_root_jobs_are_allowed(tmp_path, run_as):
+    if os.geteuid() != 0:
+        pytest.skip("only root can be refused root")
+    b = _backend(tmp_path)
+    b.start(Placement("j9", "true", {"node1": (0,)}, "H100", team="vision", run_as=run_as))
+    [failed] = b.poll()
+    assert isinstance(failed, JobLaunchFailed) and "--allow-root-jobs" in failed.reason
+    assert not (tmp_path / "jobs-work").exists()  # nothing made for it
 
 
 def test_an_unknown_user_fails_the_launch_with_one_line_naming_it(tmp_path):

@@ -131,7 +131,7 @@ class ServerConfig:
     stragglers: StragglerConfig = field(default_factory=StragglerConfig)
     public_metrics: bool = False  # per-team series on /metrics without a token
     jobs_root: Path | None = None  # jobs' working directories (default: `work_root`)
-    allow_root_jobs: bool = False  # team jobs may run as root (the local backend refuses else)
+    allow_root_jobs: bool = False  # team jobs may run as root (local and Slurm refuse else)
     max_auth_failures_per_minute: int = 30  # per client address, then 429
 
     @property
