@@ -273,16 +273,7 @@ class Scheduler(
             self._cancel_hold(hold)
         affected = sorted(self.node_jobs[node], key=lambda j: self.jobs[j].seq)
         for job_id in affected:
-            job = self.jobs[job_id]
-            self.pending_stops.pop(job_id, None)
-            demote = (
-                self.cfg.demote_after_uncheckpointed_failure
-                and not self.checkpoints(job)
-                and job.tier < Tier.EXPLORATORY
-            )
-            job.restarts += 1
-            self._stop(job, now, keep_all=False, demote=demote)
-            self._victim_gone(job_id, now)
+            self._fail(self.jobs[job_id], now)
         self._restart_on_spares([self.jobs[j] for j in affected], now)
         return affected
 
@@ -298,7 +289,15 @@ class Scheduler(
         for each job of a failed node — a restart, requeued with what its checkpoint kept,
         demoted only without checkpoints (E3), on a hot spare first when one is held (F2)."""
         job = self._running(job_id)
-        self.pending_stops.pop(job_id, None)
+        self._fail(job, now)
+        self._restart_on_spares([job], now)
+        return job
+
+    def _fail(self, job: Job, now: float) -> None:
+        """A running job lost its node: requeue it with only what its checkpoint kept (a job
+        without checkpoints is demoted one tier, E3) and count the restart. The caller puts
+        it on a hot spare (`_restart_on_spares`) once every failed job is requeued."""
+        self.pending_stops.pop(job.id, None)
         demote = (
             self.cfg.demote_after_uncheckpointed_failure
             and not self.checkpoints(job)
@@ -306,9 +305,7 @@ class Scheduler(
         )
         job.restarts += 1
         self._stop(job, now, keep_all=False, demote=demote)
-        self._victim_gone(job_id, now)
-        self._restart_on_spares([job], now)
-        return job
+        self._victim_gone(job.id, now)
 
     def reserve_spares(self, names: Iterable[str]) -> None:
         """Hold these (wholly free) nodes back as hot spares (F2, see `engine.spares`)."""
