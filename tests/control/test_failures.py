@@ -58,6 +58,29 @@ def ledger_of(c: Cluster, job_id: str) -> list[dict]:
     return [e for e in entries if e.get("job_id") == job_id]
 
 
+def launch_then_kill_server(
+    db: str, state: Path, servers: list[ServerProcess], team: str, command: str
+) -> str:
+    """Run a 1-GPU job under a fresh server and kill the server once the job's process is
+    launched (not only recorded), leaving the job running without it. Returns the job id."""
+    c = serve(db, state, servers)
+    c.node("n1", 8)
+    client = c.team(team, quota=8)
+    job_id = client.post("/v1/jobs", json={"command": command, "gpus": 1}).json()["id"]
+    wait_for(lambda: c.job(job_id)["state"] == "running")
+    wait_for((state / "jobs" / f"{job_id}.json").exists)  # launched, not only recorded
+    servers[-1].kill()
+    c.close()
+    return job_id
+
+
+def exit_time(state: Path, job_id: str) -> float:
+    """When the job's process ended, as its exit record (written by the job's wrapper) says."""
+    rc = state / "jobs" / f"{job_id}.rc"
+    wait_for(rc.exists, timeout_s=30)
+    return rc.stat().st_mtime
+
+
 # -- node failure (F1, F2, E3) ----------------------------------------------------------------
 
 
@@ -120,17 +143,8 @@ def test_a_job_displaced_by_a_node_failure_restarts_on_the_hot_spare_held_back_f
 def test_a_job_that_ends_while_the_server_is_down_is_recorded_at_its_real_end_and_not_rerun(
     db, state, servers
 ):
-    c = serve(db, state, servers)
-    c.node("n1", 8)
-    team = c.team("restart", quota=8)
-    job_id = team.post("/v1/jobs", json={"command": "echo ran; sleep 2", "gpus": 1}).json()["id"]
-    wait_for(lambda: c.job(job_id)["state"] == "running")
-    wait_for((state / "jobs" / f"{job_id}.json").exists)  # launched, not only recorded
-    servers[-1].kill()
-    c.close()
-    rc = state / "jobs" / f"{job_id}.rc"
-    wait_for(rc.exists, timeout_s=30)
-    ended = rc.stat().st_mtime
+    job_id = launch_then_kill_server(db, state, servers, "restart", "echo ran; sleep 2")
+    ended = exit_time(state, job_id)
     # The worst moment: the server had seen the exit and dropped the job's process record,
     # then died before committing the job's end.
     (state / "jobs" / f"{job_id}.json").unlink(missing_ok=True)
@@ -149,17 +163,8 @@ def test_a_job_that_ends_while_the_server_is_down_is_recorded_at_its_real_end_an
 def test_a_job_adopted_after_a_restart_that_has_ended_is_charged_only_to_its_end(
     db, state, servers
 ):
-    c = serve(db, state, servers)
-    c.node("n1", 8)
-    team = c.team("adopt", quota=8)
-    job_id = team.post("/v1/jobs", json={"command": "sleep 2; exit 3", "gpus": 1}).json()["id"]
-    wait_for(lambda: c.job(job_id)["state"] == "running")
-    wait_for((state / "jobs" / f"{job_id}.json").exists)  # launched, not only recorded
-    servers[-1].kill()
-    c.close()
-    rc = state / "jobs" / f"{job_id}.rc"
-    wait_for(rc.exists, timeout_s=30)
-    ended = rc.stat().st_mtime
+    job_id = launch_then_kill_server(db, state, servers, "adopt", "sleep 2; exit 3")
+    ended = exit_time(state, job_id)
     time.sleep(1.5)
 
     c = serve(db, state, servers)
@@ -173,14 +178,7 @@ def test_a_job_adopted_after_a_restart_that_has_ended_is_charged_only_to_its_end
 def test_a_job_whose_fate_is_unknown_after_a_restart_runs_again_and_the_audit_says_why(
     db, state, servers
 ):
-    c = serve(db, state, servers)
-    c.node("n1", 8)
-    team = c.team("unknown", quota=8)
-    job_id = team.post("/v1/jobs", json={"command": "sleep 300", "gpus": 1}).json()["id"]
-    wait_for(lambda: c.job(job_id)["state"] == "running")
-    wait_for((state / "jobs" / f"{job_id}.json").exists)  # launched, not only recorded
-    servers[-1].kill()
-    c.close()
+    job_id = launch_then_kill_server(db, state, servers, "unknown", "sleep 300")
     proc = state / "jobs" / f"{job_id}.json"
     pid = json.loads(proc.read_text())["pid"]
     os.killpg(pid, signal.SIGKILL)  # gone, wrapper and all: no exit code was written
