@@ -42,6 +42,7 @@ from gpu_arbiter.cli.inputs import (
 from gpu_arbiter.domain import InvalidInput
 from gpu_arbiter.economy import BudgetPolicy
 from gpu_arbiter.engine import get_policy
+from gpu_arbiter.metrics.kpis import show_duration
 from gpu_arbiter.reliability import Action, BreakerPolicy
 from gpu_arbiter.reliability.stragglers import StragglerConfig
 from gpu_arbiter.sim import EconomyConfig, SimConfig, SimResult
@@ -224,15 +225,18 @@ def kpi_table(kpis: dict) -> Table:
     table.add_column("value", justify="right")
     rows = [
         ("jobs completed", f"{kpis['completed']} / {kpis['jobs']}"),
-        ("mean JCT", _dur(kpis["avg_jct_s"])),
-        ("P50 / P99 JCT", f"{_dur(kpis['p50_jct_s'])} / {_dur(kpis['p99_jct_s'])}"),
+        ("mean JCT", show_duration(kpis["avg_jct_s"])),
+        (
+            "P50 / P99 JCT",
+            f"{show_duration(kpis['p50_jct_s'])} / {show_duration(kpis['p99_jct_s'])}",
+        ),
         *(
-            (f"P99 queueing, tier {t}", _dur(v))
+            (f"P99 queueing, tier {t}", show_duration(v))
             for t, v in sorted(kpis["p99_queue_delay_s_by_tier"].items())
         ),
         ("utilisation", f"{kpis['utilization']:.1%}"),
         ("goodput", f"{kpis['goodput']:.1%}"),
-        ("failures / MTTR", f"{kpis['failures']} / {_dur(kpis['mttr_s'])}"),
+        ("failures / MTTR", f"{kpis['failures']} / {show_duration(kpis['mttr_s'])}"),
         ("lost GPU-hours", f"{kpis['lost_gpu_hours']:.1f}"),
         ("breaker trips", str(kpis["breaker_trips"])),
         *(
@@ -255,11 +259,3 @@ def kpi_table(kpis: dict) -> Table:
     for k, v in rows:
         table.add_row(k, v)
     return table
-
-
-def _dur(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"

@@ -59,6 +59,16 @@ class JobRecord:
         return self.first_start - self.submit_s if self.first_start is not None else None
 
 
+def show_duration(seconds: float) -> str:
+    """A KPI time as every report shows it: seconds under two minutes, minutes under two
+    hours, hours beyond."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def percentile(values: Iterable[float], q: float) -> float:
     arr = np.fromiter(values, dtype=float)
     return float(np.percentile(arr, q)) if arr.size else 0.0

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpu_arbiter.metrics import JobRecord
-from gpu_arbiter.metrics.kpis import percentile
+from gpu_arbiter.metrics.kpis import percentile, show_duration
 from gpu_arbiter.sim.plots import PLOTS
 from gpu_arbiter.sim.simulator import SimResult
 from gpu_arbiter.traces.base import ReadStats, TraceOptions
@@ -73,14 +73,6 @@ class Kpi:
     lower_is_better: bool = True
 
 
-def _dur(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
 def _pct(x: float) -> str:
     return f"{x:.1%}"
 
@@ -94,18 +86,18 @@ def _tier_mean_jct(tier: str) -> Callable[[dict], float]:
 
 
 KPIS: tuple[Kpi, ...] = (
-    Kpi("mean JCT", lambda k: k["avg_jct_s"], _dur),
-    Kpi("P50 JCT", lambda k: k["p50_jct_s"], _dur),
-    Kpi("P99 JCT", lambda k: k["p99_jct_s"], _dur),
+    Kpi("mean JCT", lambda k: k["avg_jct_s"], show_duration),
+    Kpi("P50 JCT", lambda k: k["p50_jct_s"], show_duration),
+    Kpi("P99 JCT", lambda k: k["p99_jct_s"], show_duration),
     # What the tiers buy: a policy that honours them may lose mean JCT to one that does not
     # (tier 3 waits for tiers 1 and 2) while finishing tiers 1 and 2 sooner.
-    *(Kpi(f"mean JCT, tier {t}", _tier_mean_jct(t), _dur) for t in ("1", "2", "3")),
+    *(Kpi(f"mean JCT, tier {t}", _tier_mean_jct(t), show_duration) for t in ("1", "2", "3")),
     *(
-        Kpi(f"P99 queueing, tier {t}", _tier("p99_queue_delay_s_by_tier", t), _dur)
+        Kpi(f"P99 queueing, tier {t}", _tier("p99_queue_delay_s_by_tier", t), show_duration)
         for t in ("1", "2", "3")
     ),
     *(
-        Kpi(f"P50 queueing, tier {t}", _tier("p50_queue_delay_s_by_tier", t), _dur)
+        Kpi(f"P50 queueing, tier {t}", _tier("p50_queue_delay_s_by_tier", t), show_duration)
         for t in ("1", "2", "3")
     ),
     Kpi("utilisation", lambda k: k["utilization"], _pct, lower_is_better=False),
@@ -225,10 +217,12 @@ def _fidelity_table(fidelity: dict) -> list[str]:
         "",
         "| | mean queueing | P99 queueing |",
         "|---|---:|---:|",
-        f"| real | {_dur(real['mean_s'])} | {_dur(real['p99_s'])} |",
+        f"| real | {show_duration(real['mean_s'])} | {show_duration(real['p99_s'])} |",
     ]
     for name, q in fidelity["replayed"].items():
-        lines.append(f"| {name} (replayed) | {_dur(q['mean_s'])} | {_dur(q['p99_s'])} |")
+        lines.append(
+            f"| {name} (replayed) | {show_duration(q['mean_s'])} | {show_duration(q['p99_s'])} |"
+        )
     return [*lines, ""]
 
 

@@ -26,7 +26,7 @@ from gpu_arbiter.economy.chargeback import ChargeModel
 from gpu_arbiter.economy.tco import TcoConfig, evaluate
 from gpu_arbiter.engine import EngineConfig
 from gpu_arbiter.metrics import JobRecord
-from gpu_arbiter.metrics.kpis import percentile
+from gpu_arbiter.metrics.kpis import percentile, show_duration
 from gpu_arbiter.sim.economy import EconomyConfig
 from gpu_arbiter.sim.simulator import SimConfig, simulate
 
@@ -130,14 +130,6 @@ def figures(
     }
 
 
-def _dur(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
 def table_rows(columns: Mapping[str, dict]) -> list[tuple[str, list[str]]]:
     """(label, one cell per column) for every figure of the report."""
     first = next(iter(columns.values()))
@@ -157,10 +149,10 @@ def table_rows(columns: Mapping[str, dict]) -> list[tuple[str, list[str]]]:
         ("cluster", each(lambda c: f"{c['cluster']} ({c['gpus']} GPUs)")),
         ("policy", each(lambda c: c["policy"])),
         ("jobs completed", each(lambda c: f"{c['all']['completed']} / {c['all']['jobs']}")),
-        ("mean JCT", each(lambda c: _dur(c["all"]["mean_jct_s"]))),
-        ("P99 JCT", each(lambda c: _dur(c["all"]["p99_jct_s"]))),
-        ("mean queueing", each(lambda c: _dur(c["all"]["mean_queue_s"]))),
-        ("P99 queueing", each(lambda c: _dur(c["all"]["p99_queue_s"]))),
+        ("mean JCT", each(lambda c: show_duration(c["all"]["mean_jct_s"]))),
+        ("P99 JCT", each(lambda c: show_duration(c["all"]["p99_jct_s"]))),
+        ("mean queueing", each(lambda c: show_duration(c["all"]["mean_queue_s"]))),
+        ("P99 queueing", each(lambda c: show_duration(c["all"]["p99_queue_s"]))),
     ]
     for group, names in (("tier", tiers), ("team", teams)):
         for name in names:
@@ -174,7 +166,7 @@ def table_rows(columns: Mapping[str, dict]) -> list[tuple[str, list[str]]]:
                 rows.append(
                     (
                         f"{what}, {group} {name}",
-                        each(lambda c, k=key, n=name, f=field_name: _dur(c[k][n][f])),
+                        each(lambda c, k=key, n=name, f=field_name: show_duration(c[k][n][f])),
                     )
                 )
     rows += [
