@@ -6,10 +6,8 @@ submission exists exactly once. Clients and the agent given both URLs move to th
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
@@ -18,6 +16,7 @@ from gpu_arbiter.cli.client import api
 from gpu_arbiter.control.launch import ServerProcess, start_agent
 from gpu_arbiter.domain import ArbiterError
 from tests.control.harness import ADMIN, Cluster, database, start_server, wait_for
+from tests.failover import dead_then_live
 
 
 @pytest.fixture
@@ -136,32 +135,9 @@ def test_a_leader_that_loses_its_database_session_stops_at_once(pg, tmp_path):
 
 
 def test_an_agent_given_several_urls_moves_to_the_one_that_answers():
-    got: list[tuple[str, str]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_PUT(self):  # noqa: N802 (http.server's name)
-            self.rfile.read(int(self.headers["Content-Length"]))
-            got.append(("PUT", self.path))
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b"{}")
-
-        do_POST = do_PUT  # noqa: N815
-
-        def log_message(self, *args):
-            pass
-
-    dead = socket.socket()
-    dead.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        urls = f"http://127.0.0.1:{dead.getsockname()[1]},http://127.0.0.1:{server.server_port}"
-        agent = Agent(urls, "t", "n1", discover(8, "H100"))
+    with dead_then_live() as servers:
+        agent = Agent(servers.urls, "t", "n1", discover(8, "H100"))
         agent.register()
         agent.beat()
-        assert [p for _, p in got] == ["/v1/nodes/n1", "/v1/nodes/n1/heartbeat"]
-        assert agent.urls[0].endswith(f":{server.server_port}")  # it stays with that one
-    finally:
-        server.shutdown()
-        dead.close()
+        assert [p for _, p, _ in servers.got] == ["/v1/nodes/n1", "/v1/nodes/n1/heartbeat"]
+        assert agent.urls[0].endswith(f":{servers.live_port}")  # it stays with that one

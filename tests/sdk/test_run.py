@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -15,6 +14,7 @@ import pytest
 
 from gpu_arbiter.examples.train_tiny import train
 from gpu_arbiter.sdk import PREEMPTED_EXIT_CODE, Run
+from tests.failover import dead_then_live
 
 
 def test_a_resumed_run_ends_exactly_where_an_uninterrupted_one_does(tmp_path):
@@ -132,34 +132,15 @@ def test_telemetry_moves_to_the_next_server_of_a_url_list_when_one_does_not_answ
 ):
     """ARBITER_URL lists a leader and its standby: with the leader gone, reports reach the
     standby (issue 46 item 4)."""
-    got: list[str] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 (http.server's name)
-            got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"])))["event"])
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b"{}")
-
-        def log_message(self, *args):
-            pass
-
-    dead = socket.socket()
-    dead.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    urls = f"http://127.0.0.1:{dead.getsockname()[1]},http://127.0.0.1:{server.server_port}"
-    monkeypatch.setenv("ARBITER_URL", urls)
     monkeypatch.setenv("ARBITER_JOB_ID", "j7")
     monkeypatch.setenv("ARBITER_JOB_TOKEN", "job_secret")
-    try:
+    with dead_then_live() as servers:
+        monkeypatch.setenv("ARBITER_URL", servers.urls)
         run = Run(tmp_path, handle_sigterm=False)
         run.step(0, {}, loss=0.5)
         run.finish(0, {})
         deadline = time.monotonic() + 10
-        while len(got) < 3 and time.monotonic() < deadline:
+        while len(servers.got) < 3 and time.monotonic() < deadline:
             time.sleep(0.05)
-    finally:
-        server.shutdown()
-        dead.close()
+    got = [json.loads(body)["event"] for _, _, body in servers.got]
     assert got == ["progress", "checkpoint", "finished"]
