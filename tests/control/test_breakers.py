@@ -129,6 +129,7 @@ def test_telemetry_numbers_are_strict_and_nan_is_said_explicitly(site):
         ('{"loss": Infinity}', "loss"),
         ('{"loss": NaN}', "loss"),
         ('{"grad_norm": 1e400}', "grad_norm"),
+        ('{"loss": 1' + "0" * 400 + "}", "loss"),  # an integer no float can hold
         ('{"tokens_per_s": 1e400}', "tokens_per_s"),
         ('{"tokens_per_s": 1e30}', "tokens_per_s"),
         ('{"step": true}', "step"),

@@ -170,7 +170,8 @@ def _sample(lo: float, hi: float) -> Any:
             raise ValueError(f"must be a number or one of {', '.join(NON_FINITE)} (a string)")
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError("must be a number")
-        if not math.isfinite(value):
+        # An int is compared as it is: one too large for a float overflows math.isfinite.
+        if isinstance(value, float) and not math.isfinite(value):
             raise ValueError('must be finite as a JSON number; send "nan", "inf" or "-inf"')
         if not lo <= value <= hi:
             raise ValueError(f"must be between {lo:g} and {hi:g}")
