@@ -3,6 +3,8 @@ grace, one process per GPU at a time, and adoption by a new backend after a rest
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 
 from gpu_arbiter.backends.base import Placement, Running
@@ -68,6 +70,29 @@ def test_a_new_backend_adopts_running_jobs_and_reports_exits_it_missed(tmp_path)
     got = events_until(second, 2)
     assert {(type(e), e.job_id) for e in got} == {(JobFinished, "long"), (JobFailed, "short")}
     assert next(e for e in got if e.job_id == "short").exit_code == 4
+
+
+def test_a_job_that_exited_before_its_launch_returned_is_reported_after_a_restart(
+    tmp_path, monkeypatch
+):
+    """A command as short as `true` can be a zombie before the backend reads its start time;
+    recorded as unknown (0), a new backend took the long-gone process for a live one and never
+    reported its end, so the job held its GPU until its node was given up on."""
+
+    class ExitsFirst(subprocess.Popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped
+
+    monkeypatch.setattr("gpu_arbiter.backends.local.subprocess.Popen", ExitsFirst)
+    first = LocalBackend(tmp_path, allow_root=True)
+    first.start(placement("quick", "true", gpus=(5,)))
+    first.shutdown()  # the control plane dies before it sees the exit
+    second = LocalBackend(tmp_path, allow_root=True)
+    assert [r.job_id for r in second.running()] == ["quick"]
+    got = events_until(second, 1)
+    assert [(type(e), e.job_id) for e in got] == [(JobFinished, "quick")]
+    assert second.running() == []
 
 
 def test_reconcile_adopts_requeues_and_stops_orphans():

@@ -272,7 +272,7 @@ class LocalBackend:
     def _alive(self, proc: _Proc) -> bool:
         if proc.popen is not None:
             return proc.popen.poll() is None
-        return _start_ticks(proc.pid) == proc.start_ticks
+        return _runs(proc.pid, proc.start_ticks)
 
     def _save(self, proc: _Proc) -> None:
         state = {
@@ -320,7 +320,7 @@ def kill_leftovers(state_dir: str | Path) -> list[str]:
             pid, ticks = int(s["pid"]), int(s["start_ticks"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if _start_ticks(pid) == ticks:
+        if _runs(pid, ticks):
             _signal_group(pid, signal.SIGKILL)
             killed.append(str(s.get("job_id", path.stem)))
     return killed
@@ -349,17 +349,30 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         pass
 
 
-def _start_ticks(pid: int) -> int:
-    """The process's start time in clock ticks (0 when it is gone or a zombie), so a recycled
-    pid is never mistaken for the job."""
+def _stat(pid: int) -> tuple[str, int] | None:
+    """The process's state letter and start time in clock ticks; None when it is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return 0
+        return None
     rest = stat.rsplit(")", 1)[1].split()
-    if rest[0] == "Z":
-        return 0
-    return int(rest[19])
+    return rest[0], int(rest[19])
+
+
+def _start_ticks(pid: int) -> int:
+    """The start time of our child `pid`, recorded so that a recycled pid is never mistaken
+    for the job: read whatever the child's state, as a command as short as `true` may already
+    have exited (a zombie until it is reaped, which keeps its start time)."""
+    stat = _stat(pid)
+    return 0 if stat is None else stat[1]
+
+
+def _runs(pid: int, start_ticks: int) -> bool:
+    """Whether the process started at `start_ticks` as `pid` still runs: not gone, not a
+    zombie, not another process on a recycled pid. An unknown start (0) never matches, so a
+    gone process is never taken for a live one."""
+    stat = _stat(pid)
+    return stat is not None and stat[0] != "Z" and start_ticks != 0 and stat[1] == start_ticks
 
 
 def _missing_program(command: str, path: str | None) -> str | None:
