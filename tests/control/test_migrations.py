@@ -21,7 +21,7 @@ from sqlalchemy import create_engine, insert, select, text, update
 from sqlalchemy.engine import Engine
 
 from gpu_arbiter.control import schema
-from gpu_arbiter.control.launch import ServerProcess, start_agent
+from gpu_arbiter.control.launch import ServerProcess, free_port, start_agent
 from gpu_arbiter.control.store import TABLES, Base, database_url, open_database
 from tests.control.harness import database, wait_for
 from tests.fixtures.release_0_1_0 import store as release_0_1_0
@@ -95,7 +95,7 @@ def test_a_database_of_a_newer_release_is_refused_and_left_as_it_is(db, tmp_path
     with pytest.raises(schema.NewerDatabase, match="revision 9999, made by a newer Arbiter"):
         open_database(db)
     cmd = [sys.executable, "-m", "gpu_arbiter.cli", "serve", "--db", db]
-    cmd += ["--state-dir", str(tmp_path / "state")]
+    cmd += ["--state-dir", str(tmp_path / "state"), "--port", str(free_port())]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and "made by a newer Arbiter" in out.stderr
