@@ -23,7 +23,12 @@ def test_heatmap_counts_every_gpu_of_the_seeded_cluster_by_state(seeded):
 
 
 def test_queue_says_why_each_seeded_job_waits(seeded):
-    q = seeded.admin.get("/ui/api/queue").json()
+    def looked_at() -> dict | None:
+        # A job no cycle has tried yet is honestly "queued"; wait for the engine's own reason.
+        q = seeded.admin.get("/ui/api/queue").json()
+        return None if any(j["reason"] == "queued" for j in q["jobs"]) else q
+
+    q = wait_for(looked_at, timeout_s=30)
     by_name = {j["name"]: j for j in q["jobs"]}
     assert set(by_name) == set(seeded.pending)
     assert by_name["sweep"]["reason"] == "gang"
