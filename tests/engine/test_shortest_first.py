@@ -3,6 +3,7 @@ stop a tier-3 job with at least `stop_longer` (8) times as long left, which save
 
 from gpu_arbiter.domain import Team
 from gpu_arbiter.engine import Scheduler
+from gpu_arbiter.engine.context import CycleContext, CycleView
 from gpu_arbiter.engine.policies.arbiter import ArbiterPolicy
 from tests.conftest import job
 from tests.engine.helpers import cluster, cycle, preempts, starts
@@ -101,9 +102,12 @@ def test_failed_searches_are_shared_by_jobs_of_one_band_of_time_left_only():
     cycle(sched, 0.0)
     for name, walltime in (("w300", 300.0), ("w400", 400.0), ("w600", 600.0)):
         sched.submit(job(name, gpus=8, duration=100.0, walltime_s=walltime), 10.0)
-    sig = {j: sched.preempt_sig(sched.jobs[j], "H100", False) for j in ("w300", "w400", "w600")}
-    assert sig["w300"] == sig["w400"] != sig["w600"]
-    assert ArbiterPolicy(stop_longer=None).preempt_key(sched, sched.jobs["w300"], "H100") is None
+    view = CycleView(sched, CycleContext(now=10.0))  # what the policy sees in a cycle at 10 s
+    key = {
+        j: sched.policy.preempt_key(view, sched.jobs[j], "H100") for j in ("w300", "w400", "w600")
+    }
+    assert key["w300"] == key["w400"] != key["w600"]
+    assert ArbiterPolicy(stop_longer=None).preempt_key(view, sched.jobs["w300"], "H100") is None
 
 
 def test_a_job_set_aside_wakes_only_for_tier3_starts_that_run_long_enough_to_be_victims():

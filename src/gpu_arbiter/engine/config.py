@@ -33,17 +33,17 @@ class EngineConfig:
     queue_target_s: tuple[float, float, float] = (300.0, 3600.0, 14400.0)
     # Below tier 1, a preemption that throws away uncheckpointed work is made only when the GPU
     # time lost, times this weight, is at most the GPU time the preemptor would wait
-    # (`Scheduler._worth_the_lost_work`). Lost work is capacity gone for everybody, and the
+    # (`engine.preemption.plan`). Lost work is capacity gone for everybody, and the
     # victim goes back in line; a wait only delays the preemptor.
     lost_work_weight: float = 2.0
     # Fractional jobs sharing one GPU (S11) are stopped together at once (for a tier-1 job, S1,
     # or an inference surge, S9) only while their unsaved work adds up to at most this much
-    # (`Scheduler._shared_gpu_option`): one GPU freed throws away every sharer's progress, and
+    # (`engine.preemption.victims`): one GPU freed throws away every sharer's progress, and
     # small pods rarely checkpoint. Beyond it they save first for a tier-1 job, in
     # `notice_stop_s`, as a whole tier-3 job would; an inference surge looks elsewhere.
     shared_stop_max_unsaved_s: float = 3600.0
     # A tier-3 job that a tier-1 job needs stopped (S1) stops at once while that throws away
     # at most this much unsaved work (reference seconds x GPUs); beyond it, it saves first, in
-    # `notice_stop_s`, and the tier-1 job waits that minute (`Scheduler._save_over`); the
+    # `notice_stop_s`, and the tier-1 job waits that minute (`engine.preemption.grace`); the
     # value chosen is measured in docs/results/README.md.
     tier1_stop_max_unsaved_s: float = 3600.0

@@ -57,7 +57,7 @@ class FailureMemo:
 class Stamps:
     """Blocked and hopeless stamps, epochs and start counters (mixed into `Scheduler`)."""
 
-    def _hopeless(self, job: Job, n: int) -> tuple | None:
+    def _hopeless(self, job: Job, n: int, ctx: CycleContext) -> tuple | None:
         """Whether the job can neither be placed (no accepted type has `n` whole free GPUs) nor
         preempt for (nothing of a tier it may take from runs on them): then a try fails on
         every type, whatever the policy offers, the reservations and the failure memos say.
@@ -78,25 +78,25 @@ class Stamps:
             if free[t] >= n:
                 return None
             starts = None
-            scope = self._preempt_scope(job, t, n)
+            scope = self._preempt_scope(job, t, n, ctx)
             if scope is not None:
                 within, has_victims = scope
                 if has_victims:
                     return None
                 tiers = self.policy.victim_tiers(job, within)
                 if tiers:
-                    band = run_band(self.policy.victim_min_run(self, job, t, within))
+                    band = run_band(self.policy.victim_min_run(ctx.view, job, t, within))
                     starts = (tiers, band, self._starts_of(t, tiers, band))
             wake.append((self._releases(job, t), starts))
         return (HOPELESS, int(job.tier), n, tuple(wake))
 
-    def _types_when_hopeless(self, job: Job, n: int) -> list[str] | None:
+    def _types_when_hopeless(self, job: Job, n: int, ctx: CycleContext) -> list[str] | None:
         """What `_candidate_types` gives a `_hopeless` job (`Policy.types_when_hopeless`), or
         None where only it can say. No accepted type has `n` GPUs free, so the smart order
         keeps the policy's too, as long as both ask about the same, smallest size."""
         if n != job.spec.elastic_range[0]:
             return None
-        return self.policy.types_when_hopeless(self, job)
+        return self.policy.types_when_hopeless(ctx.view, job)
 
     def _releases(self, job: Job, gpu_type: str) -> int:
         """The release counter a `_hopeless` job watches on the type: its team's (the way back
@@ -151,7 +151,7 @@ class Stamps:
             if unreserved:
                 # A hopeless job's failed try reserves its first candidate type only: the
                 # others may stay unreserved for good, and looking again would not change that.
-                tried = self._types_when_hopeless(job, n)
+                tried = self._types_when_hopeless(job, n, ctx)
                 if tried is None:
                     return False
                 if tried[0] not in reservations:

@@ -11,15 +11,15 @@ everything the move costs:
 
 By the user's walltime estimate `W` (reference seconds), the share of its work done `d` and
 the share its last checkpoint saved `c` (what a job reports as steps done of its total, F4;
-the same reading `Scheduler._est_runtime` uses), and the rates `r` (current) and `r'` (target),
+the same reading `SchedulerView.est_runtime` uses), and the rates `r` (current) and `r'` (target),
 staying takes `W (1 - d) / r` and moving `overhead + W (1 - c) / r'`. A move is made when it saves
 at least `MoveRules.min_gain_s` and `MoveRules.min_gain_share` of the time staying would take.
 Jobs without a walltime estimate are never moved (nothing to judge the gain by).
 
-Who may move: tier-2 and tier-3 jobs are asked to checkpoint and stop (`Scheduler.notice_stop`)
+Who may move: tier-2 and tier-3 jobs are asked to checkpoint and stop (`SchedulerView.notice_stop`)
 within the tier-2 grace or, for tier 3, the minute a save takes (`EngineConfig.notice_stop_s`,
 as for a tier-3 victim of a tier-2 job), keep running until they have saved
-(`Scheduler.notice_s`), keep all their progress, and are queued again with the target type as
+(`SchedulerView.notice_s`), keep all their progress, and are queued again with the target type as
 their first choice (the GPUs are counted as promised, so no other move takes them; a pending
 job still may). For them, moving takes `notice + overhead + (what is left after the notice) /
 r'`. Where jobs cannot save on notice (`notice_stop_s` = 0), a tier-3 job is stopped at once,
@@ -30,7 +30,7 @@ not moved (the walk just chose its type). The move must respect the backfill
 reservation of the type it moves to (it must end before the reserved start or fit in the
 reservation's spare GPUs), so it never delays a blocked higher-priority job.
 
-The step is pure: `plan_moves` only reads the scheduler; `Scheduler.move` carries a move out as
+The step is pure: `plan_moves` only reads the scheduler; `SchedulerView.move` carries a move out as
 a `Preempt` (grace 0) followed by a `Start` on the new allocation, the decisions both drivers
 already apply.
 """
@@ -165,7 +165,7 @@ def candidate_moves(
     """Every worthwhile move of a running job onto a type with enough `free` GPUs now (before
     placement, which may still fail on topology or power). A target `never_worth` rules out
     for the job's current run is struck from the scheduler's move index
-    (`Scheduler.rule_out_move`), so a busy cluster does not weigh the same hopeless moves
+    (`SchedulerView.rule_out_move`), so a busy cluster does not weigh the same hopeless moves
     every cycle."""
     overhead = sched.cfg.restart_overhead_s
     grace = {k: sched.notice_of_tier(k) for k in rules.noticed_tiers}  # the others: at once

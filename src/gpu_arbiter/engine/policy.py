@@ -7,6 +7,8 @@ GPU types. The scheduler runs the same cycle for all of them.
 
 Policies (and the step modules `engine.migration` and `engine.typechoice` they call) see the
 scheduler through `SchedulerView`: the members they may read or call, never its private state.
+In a cycle every hook gets the cycle's `engine.context.CycleView`, whose estimates
+(`shadow_time`, `preemption_wait`) read and fill that cycle's caches.
 """
 
 from __future__ import annotations
@@ -101,17 +103,17 @@ class Policy:
     # save takes its time (`EngineConfig.notice_stop_s`, as for Arbiter's victims given notice),
     # and the job holds its GPUs until it has saved. Arbiter stops a tier-3 job with little
     # unsaved work at once for a tier-1 job, and it keeps only what its last periodic
-    # checkpoint saved (one with more saves first, `Scheduler._save_over`).
+    # checkpoint saved (one with more saves first, `engine.preemption.grace`).
     suspend_saves = False
     # Whether a preemption that would throw away uncheckpointed work is weighed against the
-    # preemptor's expected wait (see `Scheduler._worth_the_lost_work`); baselines preempt
+    # preemptor's expected wait (see `engine.preemption.plan`); baselines preempt
     # whenever their rule allows.
     weigh_lost_work = False
     # Whether a blocked job for which enough GPUs are free by count (but that cannot be placed
-    # on them) still holds them back from backfill (`Scheduler._reservation_for`): EASY does.
+    # on them) still holds them back from backfill (`engine.reservations`): EASY does.
     reserve_fragmented = True
     # Whether a blocked gang that must fit in one node reserves the node expected to have room
-    # first rather than a count of the type's GPUs (`Scheduler._node_reservation`).
+    # first rather than a count of the type's GPUs (`engine.reservations`).
     reserve_nodes = False
     # Whether a cycle after arrivals alone may look at the newcomers only (see Scheduler).
     # Off for strict FIFO (a newcomer must not pass a blocked head) and for policies whose
@@ -157,14 +159,14 @@ class Policy:
     ) -> float:
         """How long (by its walltime estimate) a job of a `victim_tiers` tier starting on the
         type must be expected to run for `may_preempt` ever to let the job stop it: a job with
-        no victims there now wakes only for such starts (`Scheduler._hopeless`). 0: any."""
+        no victims there now wakes only for such starts (`engine.memo`). 0: any."""
         return 0.0
 
     def preempt_key(self, sched: SchedulerView, job: Job, gpu_type: str) -> Hashable:
-        """What decides whom `may_preempt` lets the job stop on the type, beyond the fields of
-        `Scheduler.preempt_sig` (shape, tier, quota standing, team) and the victims' own state:
-        jobs that agree on both find the same victims, so a failed search stands for them all.
-        None where those fields say it all."""
+        """What decides whom `may_preempt` lets the job stop on the type, beyond the fields of a
+        search's signature (shape, tier, quota standing, team: `engine.preemption.eligibility`)
+        and the victims' own state: jobs that agree on both find the same victims, so a failed
+        search stands for them all. None where those fields say it all."""
         return None
 
     def preempt_reason(self, job: Job, victim: Job) -> str | None:
@@ -187,7 +189,7 @@ class Policy:
         return sched.types_by_speed(job)
 
     def types_when_hopeless(self, sched: SchedulerView, job: Job) -> list[str] | None:
-        """`candidate_types` for a job that can start nowhere (`Scheduler._hopeless`), the
+        """`candidate_types` for a job that can start nowhere (`engine.memo`), the
         common failed try of a long queue: with no accepted type free enough there is nothing
         to choose between, so a policy whose type choice is costly may answer without it.
         None where only `candidate_types` can say."""

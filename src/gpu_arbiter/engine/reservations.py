@@ -89,17 +89,17 @@ class Reservations:
             return None
         return WHOLE_TYPE if res.node is None else res.node
 
-    def shadow_time(self, gpu_type: str, n: int, now: float) -> float:
+    def shadow_time(self, gpu_type: str, n: int, now: float, ctx: CycleContext) -> float:
         """When `n` GPUs of the type are expected to be free for a job that could not be placed
         there, by the running jobs' walltime estimates (EASY, `engine.backfill.reserve`);
         remembered while the type is unchanged. Free GPUs that already suffice in number are
         held by topology, power or a reservation: then only GPUs running jobs release count
         (the count alone would promise a start "now" to a gang the free GPUs cannot hold)."""
         key = (gpu_type, n)
-        cached = self._ctx.shadows.get(key)
+        cached = ctx.shadows.get(key)
         if cached is None or cached[0] != self._epoch[gpu_type]:
             ends = ((e, self.running[j].gpus_held) for e, _, j in self.ends_by_type[gpu_type])
             free = self.index.type_free[gpu_type]
             shadow = expected_free_at(n, free if free < n else 0, ends, now)[0]
-            cached = self._ctx.shadows[key] = (self._epoch[gpu_type], shadow)
+            cached = ctx.shadows[key] = (self._epoch[gpu_type], shadow)
         return cached[1]

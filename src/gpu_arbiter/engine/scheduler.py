@@ -43,7 +43,7 @@ from gpu_arbiter.engine.backfill import Reservation
 from gpu_arbiter.engine.borrowing import Borrowing
 from gpu_arbiter.engine.capacity import CapacityIndex
 from gpu_arbiter.engine.config import EngineConfig
-from gpu_arbiter.engine.context import CycleContext
+from gpu_arbiter.engine.context import CycleContext, CycleView
 from gpu_arbiter.engine.elastic import grown_allocation
 from gpu_arbiter.engine.fairshare import FairShare
 from gpu_arbiter.engine.memo import HOPELESS, RUN_BANDS, TIERS, FailureMemo, Stamps
@@ -53,7 +53,7 @@ from gpu_arbiter.engine.policy import Backfill, Policy, get_policy
 from gpu_arbiter.engine.preemption.eligibility import Eligibility
 from gpu_arbiter.engine.preemption.grace import Notices
 from gpu_arbiter.engine.preemption.plan import PreemptionStep
-from gpu_arbiter.engine.preemption.victims import VictimLists
+from gpu_arbiter.engine.preemption.victims import VictimCache, VictimLists
 from gpu_arbiter.engine.reservations import Reservations
 from gpu_arbiter.engine.sharing import SharedGpus
 from gpu_arbiter.engine.spares import HotSpares
@@ -136,7 +136,7 @@ class Scheduler(
         # without a declared interval, so a failure does not demote them (E3).
         self.sdk_checkpoints: set[str] = set()
         self._decisions: list[Decision] = []
-        self._ctx = CycleContext()  # the cycle in progress (or the last one)
+        self._victims = VictimCache()  # the victim lists of the cycle in progress
         # Incremental cycles (see `_fresh_order`): whether capacity was freed since the last
         # cycle, the jobs queued since, and what the last full walk reserved and found blocked.
         self._dirty = True
@@ -384,24 +384,55 @@ class Scheduler(
 
     def cycle(self, now: float) -> CycleResult:
         """Decide; the result also carries decisions made since the last cycle by reported
-        events (a held job starting when its last victim stopped)."""
-        # Jobs started at an earlier time are victims now that were none then.
+        events (a held job starting when its last victim stopped). The steps, in order, each
+        over the cycle's context (`engine.context`):
+
+        1. begin: a full walk, or the newcomers only against the last walk's reservations;
+        2. fair-share usage decays to now, and a round-based policy re-plans (it may preempt);
+        3. walk the pending jobs, each through place -> preempt -> reserve (`engine.walk`);
+        4. a full walk lets the policy move running jobs onto GPUs left free (`engine.migration`);
+        5. keep what the walk reserved and found blocked for the next newcomers-only cycle;
+        6. elastic jobs grow into what is left;
+        7. end: the decisions, the next wake-up and the cycle's gauges."""
+        ctx, full = self._begin_cycle(now)
+        self.fair.decay_to(now)
+        self.policy.before_cycle(ctx.view, now)
+        examined, started = self._walk_pending(ctx, full)
+        if full:
+            self.policy.after_walk(ctx.view, now, ctx.reservations)
+        self._keep_for_next_cycle(ctx)
+        if self.policy.elastic:
+            self._grow(now, ctx.blocked_types)
+        return self._end_cycle(ctx, examined, started)
+
+    def _begin_cycle(self, now: float) -> tuple[CycleContext, bool]:
+        """The cycle's context, and whether it walks every pending job (anything freed since
+        the last cycle, a policy that is not incremental, or jobs started at an earlier time
+        that are victims now that were none then) or only the newcomers, against the
+        reservations and blocked types of the last full walk."""
         new_victims = self._started_at is not None and now > self._started_at
         full = self._dirty or not self.policy.incremental or new_victims
         if new_victims:
             self._started_at = None
-        ctx = self._ctx = CycleContext(now=now)
+        ctx = CycleContext(now=now)
+        ctx.view = CycleView(self, ctx)
+        self._victims.begin(now)
         if not full:
             ctx.reservations = {t: r.copy() for t, r in self._reservations.items()}
             ctx.blocked_types = set(self._blocked_types)
             ctx.stranded_types = set(self._stranded_types)
-        self.fair.decay_to(now)
-        self.policy.before_cycle(self, now)
+        return ctx, full
+
+    def _walk_pending(self, ctx: CycleContext, full: bool) -> tuple[int, int]:
+        """Try each pending job in the policy's order (or the newcomers, `_fresh_order`) until
+        the walk is capped or stopped; returns (examined, started). A capped walk may have left
+        startable jobs unexamined: then the next cycle looks at everything."""
+        now = ctx.now
         examined = started = 0
         fresh, self._fresh = self._fresh, []
         self.queue.begin_walk()
         try:
-            walk = self.policy.ordered(self, now) if full else self._fresh_order(fresh)
+            walk = self.policy.ordered(ctx.view, now) if full else self._fresh_order(fresh)
             # The loop every pending job goes through, most of them only to be found still
             # blocked: the names it reads are looked up once.
             limit, holds, pending, try_start = (
@@ -420,32 +451,33 @@ class Scheduler(
                     started += 1
         finally:
             self.queue.end_walk()
-        # A capped walk may have left startable jobs unexamined: look at everything next time.
         self._dirty = (
             ctx.retry
             or examined >= self.cfg.max_examined
             or ctx.attempts >= self.cfg.max_preemption_attempts
         )
-        if full:
-            # Moves onto GPUs the walk left free (engine.migration), within its reservations.
-            self.policy.after_walk(self, now, ctx.reservations)
-        # Kept for the next newcomers-only cycle, with what this one added: a blocked newcomer's
-        # reservation and the extra GPUs backfilled jobs took.
+        return examined, started
+
+    def _keep_for_next_cycle(self, ctx: CycleContext) -> None:
+        """Keep the walk's reservations and blocked types for the next newcomers-only cycle,
+        with what this one added: a blocked newcomer's reservation and the extra GPUs
+        backfilled jobs took."""
         self._reservations = {t: r.copy() for t, r in ctx.reservations.items()}
         self._blocked_types = set(ctx.blocked_types)
         self._stranded_types = set(ctx.stranded_types)
-        if self.policy.elastic:
-            self._grow(now, ctx.blocked_types)
+
+    def _end_cycle(self, ctx: CycleContext, examined: int, started: int) -> CycleResult:
+        """The decisions made since the last cycle, when to look again and the gauges. A victim
+        stopped at once gets its look in a cycle right after this one (in the simulator no
+        event may come for hours; the live loop would look at once too)."""
+        now = ctx.now
         free = self.index.total_free
         whole = sum(self.index.whole_free.values())
         decisions, self._decisions = self._decisions, []
-        ctx.victims.clear()  # what happens until the next cycle need not keep them current
-        ctx.victim_index.clear()
+        self._victims.clear()  # what happens until the next cycle need not keep them current
         return CycleResult(
             decisions=decisions,
-            # A victim stopped at once gets its look in a cycle right after this one (in the
-            # simulator no event may come for hours; the live loop would look at once too).
-            next_wakeup=now if ctx.stopped_at_once else self.policy.next_wakeup(self, now),
+            next_wakeup=now if ctx.stopped_at_once else self.policy.next_wakeup(ctx.view, now),
             examined=examined,
             started=started,
             preempted=ctx.preempted,

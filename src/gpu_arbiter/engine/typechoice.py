@@ -8,10 +8,10 @@ This step compares, for every accepted type `t`, the expected finish
 
     eta(t) = wait(t) + runtime(t)
 
-where `runtime` is the walltime estimate at the type's speed (`Scheduler._est_runtime`) and
+where `runtime` is the walltime estimate at the type's speed (`SchedulerView.est_runtime`) and
 `wait` is 0 when enough GPUs are free, and otherwise the sooner of: preempting (0 for a plan
 that stops its victims at once and is worth their lost work, or the expected wait of a plan
-that gives notice, whose victims save and stop within a minute or so, `Scheduler.notice_s`;
+that gives notice, whose victims save and stop within a minute or so, `SchedulerView.notice_s`;
 dry runs of the scheduler's own victim rules) and running jobs ending (the EASY shadow time,
 `engine.backfill.reserve`). Only the types the job may take now count (a tier-1 job beyond
 its quota and the pool may not, S2), and only with a wait within the job's queueing target

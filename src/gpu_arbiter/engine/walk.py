@@ -21,8 +21,8 @@ from gpu_arbiter.engine.policy import Backfill, Heterogeneity
 class Walk:
     """A pending job's try (mixed into `Scheduler`)."""
 
-    def _candidate_types(self, job: Job) -> list[str]:
-        types = self.policy.candidate_types(self, job)
+    def _candidate_types(self, job: Job, ctx: CycleContext) -> list[str]:
+        types = self.policy.candidate_types(ctx.view, job)
         if self.policy.heterogeneity != Heterogeneity.SMART or len(types) < 2:
             return types
         fastest, n = types[0], job.spec.elastic_range[0]
@@ -86,12 +86,12 @@ class Walk:
         ctx.scopes.clear()
         spec = job.spec
         sizes = start_sizes(spec, self.policy.elastic)
-        hopeless = self._hopeless(job, sizes[-1])
+        hopeless = self._hopeless(job, sizes[-1], ctx)
         if hopeless is not None:
-            types = self._types_when_hopeless(job, sizes[-1])
+            types = self._types_when_hopeless(job, sizes[-1], ctx)
             if types is not None:
                 return types, sizes[-1], hopeless
-        types = self._candidate_types(job)
+        types = self._candidate_types(job, ctx)
         if len(types) < len(self.types_by_speed(job)):
             ctx.timely = True  # the policy held some types back, for now (engine.typechoice)
         if hopeless is not None:

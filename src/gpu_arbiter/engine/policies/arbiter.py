@@ -28,7 +28,7 @@ first, as they never move off the type they start on. The plan only picks the ty
 job tries first; the order in which jobs start (tier, fair share) is unchanged.
 
 A preemption that would throw away a victim's uncheckpointed work is weighed against the
-preemptor's expected wait (`Scheduler._worth_the_lost_work`), and a plan whose victims stop at
+preemptor's expected wait (`engine.preemption.plan`), and a plan whose victims stop at
 once on another accepted type is preferred to one that waits out a tier-2 grace. Within a tier,
 victims are taken by least work lost first, borrowed before owned only among equals
 (`engine.preemption`): without checkpoints a stop throws away everything since the start.
@@ -172,7 +172,7 @@ class ArbiterPolicy(Policy):
         cycle count too (the search passes them over until the next one), so that a job found
         to have no victims need only be looked at again once a tier-3 job expected to outlast
         its horizon starts on the type (`victim_min_run`) or its team releases GPUs there
-        (`Scheduler._hopeless`), not when fair shares shift."""
+        (`engine.memo`), not when fair shares shift."""
         need = job.spec.elastic_range[0] - sched.index.type_free[gpu_type]
         horizon = self._horizon(sched, job, gpu_type)
         for looked, (end, _, job_id) in enumerate(reversed(sched.ends_by_type[gpu_type])):
@@ -224,7 +224,7 @@ class ArbiterPolicy(Policy):
     def _time_left(sched, job: Job, gpu_type: str) -> float:
         """How long the job would run on the type at its full size by its walltime estimate,
         rounded down to a power of two: jobs of one band find the same victims, so a failed
-        search is remembered for them all (`Scheduler.preempt_sig`)."""
+        search is remembered for them all (`engine.preemption.eligibility`)."""
         run = sched.est_runtime(job, gpu_type, job.spec.gpus)
         return 2.0 ** math.floor(math.log2(max(run, 1.0)))
 

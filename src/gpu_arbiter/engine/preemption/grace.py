@@ -28,7 +28,7 @@ class Notices:
         its checkpoint and stops (`EngineConfig.notice_stop_s`), and the grace is its deadline."""
         return min(grace, self.cfg.notice_stop_s)
 
-    def _grace(self, victim: Job, job: Job) -> float:
+    def _grace(self, victim: Job, job: Job, now: float) -> float:
         """The notice `job` gives `victim` (`_grace_of_tier`), or the time a save takes where
         stopping it at once would throw away too much (`_save_over`)."""
         grace = self._grace_of_tier(victim.tier, job)
@@ -37,10 +37,10 @@ class Notices:
             # Sharers stop at once together, or save together (`_shared_gpu_option`).
             if grace > 0 or save_over is None:
                 return grace
-            lost = shared_unsaved(self._sharers(*shared_gpu(victim.allocation)), self._ctx.now)
+            lost = shared_unsaved(self._sharers(*shared_gpu(victim.allocation)), now)
             given = shared_notice(lost, grace, self.cfg.shared_stop_max_unsaved_s, save_over[1])
             return grace if given is None else given
-        return notice_given(victim, grace, self._ctx.now, save_over)
+        return notice_given(victim, grace, now, save_over)
 
     def _save_over(self, tier: int, job: Job) -> tuple[float, float] | None:
         """(cap, save_s) where `job` stops victims of `tier` at once but gives one whose stop
@@ -90,18 +90,19 @@ class Notices:
         (`engine.migration`)."""
         return self.cfg.notice_stop_s if tier == Tier.EXPLORATORY else self.cfg.tier2_grace_s
 
-    def _plan_grace(self, job: Job, plan: PreemptionPlan) -> float:
+    def _plan_grace(self, job: Job, plan: PreemptionPlan, now: float) -> float:
         """How long the job waits for the plan's victims at most: the longest grace among
         them."""
         return max(
-            (self._grace(v.job, job) for v in plan.victims if v.shrink_to is None), default=0.0
+            (self._grace(v.job, job, now) for v in plan.victims if v.shrink_to is None),
+            default=0.0,
         )
 
     def _plan_wait(self, job: Job, plan: PreemptionPlan, now: float) -> float:
         """How long the job is expected to wait for the plan's victims (`notice_wait`)."""
         return max(
             (
-                notice_wait(v.job, self.notice_s(self._grace(v.job, job)), now)
+                notice_wait(v.job, self.notice_s(self._grace(v.job, job, now)), now)
                 for v in plan.victims
                 if v.shrink_to is None
             ),

@@ -38,14 +38,14 @@ class PreemptionStep:
             if ctx.attempts >= self.cfg.max_preemption_attempts:
                 ctx.timely = True  # not looked at: the next cycle must
                 return False
-            scope = self._preempt_scope(job, t, n)
+            scope = self._preempt_scope(job, t, n, ctx)
             if scope is None or not scope[1]:
                 continue
             within = scope[0]
             reserved = self._reserved_node(job, t, n, now, ctx)
             if reserved == WHOLE_TYPE:
                 continue
-            sig = (*self.preempt_sig(job, t, within), reserved)
+            sig = (*self._preempt_sig(job, t, within, ctx.view), reserved)
             stamp = self._preempt_stamp(t, now)
             if self._preempt_failed.failed(sig, n, stamp):
                 continue
@@ -64,14 +64,15 @@ class PreemptionStep:
             if plan is None:
                 self._preempt_failed.record(sig, n, stamp)
                 continue
-            if self.policy.weigh_lost_work and not self._worth_the_lost_work(job, plan, t, n, now):
+            weigh = self.policy.weigh_lost_work
+            if weigh and not self._worth_the_lost_work(job, plan, t, n, now, ctx):
                 ctx.timely = True  # the victims' unsaved work and the wait change with time
                 continue
-            if deferred is None and self._plan_grace(job, plan) > 0:
+            if deferred is None and self._plan_grace(job, plan, now) > 0:
                 deferred = (plan, within, t)  # first, one that starts at once on another type
                 continue
             if deferred is not None and (
-                self._plan_grace(job, plan) > 0
+                self._plan_grace(job, plan, now) > 0
                 or not self._at_once_beats(job, plan, t, deferred, now)
             ):
                 continue
@@ -125,12 +126,14 @@ class PreemptionStep:
         for t in types:
             if t == gpu_type or not self.admissible(job, t, n):
                 continue
-            start = self.shadow_time(t, n + ctx.waiting.get(t, 0), now)
+            start = self.shadow_time(t, n + ctx.waiting.get(t, 0), now, ctx)
             if start <= start_here and start + self.est_runtime(job, t, n) <= start_here + runtime:
                 return t
         return None
 
-    def preemption_wait(self, job: Job, gpu_type: str, n: int, now: float) -> float | None:
+    def preemption_wait(
+        self, job: Job, gpu_type: str, n: int, now: float, ctx: CycleContext
+    ) -> float | None:
         """How long the job would wait for `n` GPUs of the type by preempting now, by the
         preemption step's own rules (a dry run for policies, see `engine.typechoice`; changes
         nothing): 0 for a plan whose victims stop (or shrink) at once and that is worth their
@@ -140,29 +143,28 @@ class PreemptionStep:
         before the next cycle: then the answer is None, so a job is not held back from free
         GPUs of a slower type for a preemption it cannot make (in a busy queue the same jobs at
         the head spend the budget every cycle)."""
-        ctx = self._ctx
         if ctx.attempts >= self.cfg.max_preemption_attempts:
             return None
-        scope = self._preempt_scope(job, gpu_type, n)
+        scope = self._preempt_scope(job, gpu_type, n, ctx)
         if scope is None or not scope[1]:
             return None
         within = scope[0]
         reserved = self._reserved_node(job, gpu_type, n, now, ctx)
         if reserved == WHOLE_TYPE:
             return None
-        key = (self.preempt_sig(job, gpu_type, within), reserved, n)
+        key = (self._preempt_sig(job, gpu_type, within, ctx.view), reserved, n)
         hit = ctx.dry_runs.get(key)
         if hit is not None and hit[0] == self._epoch[gpu_type]:
             return hit[1]
         wait = None
         plan = self._plan(job, gpu_type, n, within, True, now, ctx, reserved, count=False)
-        if plan is not None and self._plan_grace(job, plan) == 0:
+        if plan is not None and self._plan_grace(job, plan, now) == 0:
             worth = not self.policy.weigh_lost_work
-            if worth or self._worth_the_lost_work(job, plan, gpu_type, n, now):
+            if worth or self._worth_the_lost_work(job, plan, gpu_type, n, now, ctx):
                 wait = 0.0
         if wait is None:
             plan = self._plan(job, gpu_type, n, within, False, now, ctx, reserved, count=False)
-            if plan is not None and self._plan_grace(job, plan) > 0:
+            if plan is not None and self._plan_grace(job, plan, now) > 0:
                 wait = self._plan_wait(job, plan, now)
         ctx.dry_runs[key] = (self._epoch[gpu_type], wait)
         return wait
@@ -186,13 +188,13 @@ class PreemptionStep:
         inference = job.spec.kind == JobKind.INFERENCE  # others take from anyone (S9)
         allowed = (
             o
-            for group in self._victim_groups(job, t, within, at_once, now, ctx)
+            for group in self._victim_groups(job, t, within, at_once, now)
             for o in group
             if o.current()  # not stopped, resized or flipped since the list was made
             and (o.at_once or not at_once)
             and (reserved is None or reserved not in o.part.nodes)
             and (not self.drained or self.drained.isdisjoint(o.part.nodes))
-            and self._may_take(job, o, within, inference)
+            and self._may_take(job, o, within, inference, ctx.view)
         )
         first = next(allowed, None)
         if first is None:
@@ -204,7 +206,7 @@ class PreemptionStep:
         )
 
     def _worth_the_lost_work(
-        self, job: Job, plan: PreemptionPlan, gpu_type: str, n: int, now: float
+        self, job: Job, plan: PreemptionPlan, gpu_type: str, n: int, now: float, ctx: CycleContext
     ) -> bool:
         """Whether stopping the plan's victims at once is worth the work they lose.
 
@@ -219,12 +221,12 @@ class PreemptionStep:
         lost = 0.0
         for victim in plan.victims:
             v = victim.job
-            if victim.shrink_to is not None or self._grace(v, job) > 0 or v.rate <= 0:
+            if victim.shrink_to is not None or self._grace(v, job, now) > 0 or v.rate <= 0:
                 continue
             lost += v.unsaved_at(now) / v.rate * v.gpu_share
         if lost <= 0:
             return True
-        wait = self.shadow_time(gpu_type, n, now) - now
+        wait = self.shadow_time(gpu_type, n, now, ctx) - now
         if job.tier == Tier.CORE:
             return wait > self.cfg.queue_target_s[0]
         return lost * self.cfg.lost_work_weight <= wait * n
@@ -241,7 +243,7 @@ class PreemptionStep:
             self.running_by_tier[(gpu_type, 2)] or self.borrowed_by_type[gpu_type]
         ):
             return False
-        return self.shadow_time(gpu_type, n, now) <= now + grace
+        return self.shadow_time(gpu_type, n, now, ctx) <= now + grace
 
     def _execute(
         self, job: Job, plan: PreemptionPlan, within: bool, now: float, ctx: CycleContext
@@ -260,7 +262,7 @@ class PreemptionStep:
             if victim.shrink_to is not None:
                 self._resize(v, victim.shrink_to, now, f"shrunk: {why}")
                 continue
-            grace = self._grace(v, job)
+            grace = self._grace(v, job, now)
             order = Preempt(v.id, grace, why, for_job=job.id, checkpoint=grace > 0)
             self._decisions.append(order)
             v.preemptions += 1

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpu_arbiter.domain import MILLI, Allocation, Job
-from gpu_arbiter.engine.context import CycleContext
 from gpu_arbiter.engine.elastic import shrunk_allocation
 from gpu_arbiter.engine.preemption.grace import (
     notice_given,
@@ -34,11 +33,31 @@ from gpu_arbiter.engine.preemption.grace import (
 from gpu_arbiter.engine.sharing import shared_gpu
 
 
+@dataclass(slots=True)
+class VictimCache:
+    """The victim lists of the cycle in progress, by (type, group, notice, save_over): each
+    sorted once, when a plan first needs it, and kept current as running jobs change during
+    the cycle (`VictimLists._victim_changed`, called by the state's mutators, which run
+    between cycles too: then there is nothing to keep). Emptied when the cycle ends."""
+
+    now: float = 0.0  # the time the lists were made for
+    lists: dict[tuple, list[Option]] = field(default_factory=dict)
+    by_job: dict[tuple, dict[str, Option]] = field(default_factory=dict)  # each list's, by id
+
+    def begin(self, now: float) -> None:
+        self.clear()
+        self.now = now
+
+    def clear(self) -> None:
+        self.lists.clear()
+        self.by_job.clear()
+
+
 class VictimLists:
     """Victim lists per cycle, kept current as running jobs change (mixed into `Scheduler`)."""
 
     def _victim_groups(
-        self, job: Job, t: str, within: bool, at_once: bool, now: float, ctx: CycleContext
+        self, job: Job, t: str, within: bool, at_once: bool, now: float
     ) -> Iterator[list[Option]]:
         """The victim options of type `t` worth testing for the job, in cost order: elastic
         jobs that can shrink, then stops by tier, lowest tier first (only the tiers the policy
@@ -47,19 +66,16 @@ class VictimLists:
         only options still current, so a plan needing a few victims looks at a few."""
         tiers = self.policy.victim_tiers(job, within)
         if self.policy.elastic and self.elastic_running:
-            yield self._victim_list(ctx, t, "shrink", 0.0, now, None)
+            yield self._victim_list(t, "shrink", 0.0, now, None)
         for k in tiers:
             grace = self._grace_of_tier(k, job)
             if at_once and grace > 0:
                 continue
             if self.running_by_tier[(t, k)]:
-                yield self._victim_list(
-                    ctx, t, k, self.notice_s(grace), now, self._save_over(k, job)
-                )
+                yield self._victim_list(t, k, self.notice_s(grace), now, self._save_over(k, job))
 
     def _victim_list(
         self,
-        ctx: CycleContext,
         t: str,
         group: int | str,
         notice: float,
@@ -72,7 +88,8 @@ class VictimLists:
         jobs of that tier alone share (`_shared_gpu_options`). Kept current through the cycle
         (`_victim_changed`)."""
         key = (t, group, notice, save_over)
-        options = ctx.victims.get(key)
+        cache = self._victims
+        options = cache.lists.get(key)
         if options is None:
             if group == "shrink":
                 jobs = (v for v in self.elastic_running.values() if v.allocation.gpu_type == t)
@@ -85,8 +102,8 @@ class VictimLists:
             if group != "shrink":
                 options += self._shared_gpu_options(t, group, notice, now, save_over)
                 options.sort(key=option_key)
-            ctx.victims[key] = options
-            ctx.victim_index[key] = {v.id: o for o in options for v in o.jobs}
+            cache.lists[key] = options
+            cache.by_job[key] = {v.id: o for o in options for v in o.jobs}
         return options
 
     def _shared_gpu_options(
@@ -144,14 +161,14 @@ class VictimLists:
         lists already made for its type, put it (or its shared GPU) where a list made now would
         have it (or take it out). So a cycle's decisions do not depend on when its lists were
         first made (a dry run of the type choice can make one early)."""
-        ctx = self._ctx
-        if not ctx.victims or job.allocation is None:
+        cache = self._victims
+        if not cache.lists or job.allocation is None:
             return
-        t, now = job.allocation.gpu_type, ctx.now
-        for key, options in ctx.victims.items():
+        t, now = job.allocation.gpu_type, cache.now
+        for key, options in cache.lists.items():
             if key[0] != t:
                 continue
-            index = ctx.victim_index[key]
+            index = cache.by_job[key]
             old = index.get(job.id)
             if old is not None:
                 del options[bisect_left(options, old.key, key=option_key)]
