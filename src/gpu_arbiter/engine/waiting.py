@@ -77,7 +77,7 @@ class WhyPending:
         GPUs for their victims), by job id; ids of jobs not pending are left out."""
         if job_ids is None:
             job_ids = [*(j.id for j in self.queue.jobs()), *self.holds]
-        finder = _Finder(self)
+        finder = _Finder(self, self._waits)
         out = {}
         for job_id in job_ids:
             job = self.jobs.get(job_id)
@@ -89,8 +89,8 @@ class WhyPending:
 class _Finder:
     """Reasons over the engine's state as it is now (memoised by request shape)."""
 
-    def __init__(self, sched) -> None:
-        self.sched = sched
+    def __init__(self, sched, waits: dict[str, Tried]) -> None:
+        self.sched, self.waits = sched, waits
         index = sched.index
         self.index = index
         self.by_type: dict[str, list[int]] = {}
@@ -109,7 +109,7 @@ class _Finder:
                 f"holds GPUs while {len(hold.waiting)} tier-2 job(s) checkpoint and stop "
                 "(their grace period)",
             )
-        tried = sched._waits.get(job.id)
+        tried = self.waits.get(job.id)
         n = tried[0] if tried is not None else start_sizes(job.spec, sched.policy.elastic)[-1]
         types = sched.types_by_speed(job)
         if (

@@ -89,7 +89,7 @@ class ArbiterPolicy(Policy):
         self.dest: dict[str, str] = {}  # type a moved tier-2 job asks for first when requeued
         # By pending job: its accepted types, fastest first, and their speeds (None: one type).
         self._plan_speeds: dict[str, tuple[tuple[str, ...], tuple[float, ...]] | None] = {}
-        self._plan_jobs: list[Job] = []  # `_plan_order`, as made from ...
+        self._plan_jobs: list[Job] = []  # `plan_order`, as made from ...
         self._planned_from: tuple | None = None  # ... this (queue, its version, free GPUs)
         self.now = 0.0
 
@@ -238,7 +238,7 @@ class ArbiterPolicy(Policy):
         if max(left.values()) < sched.queue.smallest():
             return  # no pending job fits in the free GPUs of any one type
         unplanned = sched.index.total_free
-        for j in self._plan_order(sched):
+        for j in self.plan_order(sched):
             n = j.spec.elastic_range[0]
             for t in sched.types_by_speed(j):
                 if left.get(t, 0) >= n:
@@ -249,7 +249,7 @@ class ArbiterPolicy(Policy):
             if not unplanned:
                 break  # every job takes at least one GPU
 
-    def _plan_order(self, sched) -> list[Job]:
+    def plan_order(self, sched) -> list[Job]:
         """The jobs the plan considers, in the order it takes them: the same while the queue
         and the free GPUs are (a cycle often follows one that started nobody)."""
         queue, free = sched.queue, sched.index.type_free
