@@ -46,6 +46,7 @@ from gpu_arbiter.engine.config import EngineConfig
 from gpu_arbiter.engine.context import CycleContext, CycleView
 from gpu_arbiter.engine.elastic import grown_allocation
 from gpu_arbiter.engine.fairshare import FairShare
+from gpu_arbiter.engine.fit import TypeFit
 from gpu_arbiter.engine.memo import HOPELESS, RUN_BANDS, TIERS, FailureMemo, Stamps
 from gpu_arbiter.engine.ordering import PendingQueue
 from gpu_arbiter.engine.placement import gpus_to_mask
@@ -105,6 +106,10 @@ class Scheduler(
         check_quotas(team_list, capacity)
         self.teams = {t.name: t for t in team_list}
         self.index = CapacityIndex(cluster)
+        # Which types a job runs on, and how fast (`engine.fit`): the scheduler's own answers.
+        self.fit = TypeFit(cluster, self.index)
+        self.speed, self.types_by_speed = self.fit.speed, self.fit.types_by_speed
+        self.faster_types = self.fit.faster_types
         self.spares = HotSpares(self.index)
         self.shared = SharedGpus(self.index)
         self.quota = QuotaBook(self.teams, capacity)
@@ -145,9 +150,6 @@ class Scheduler(
         self._blocked_types: set[str] = set()
         self._stranded_types: set[str] = set()
         self._seq = 0
-        self._max_gang: dict[tuple[str, int | None], int] = {}
-        self._faster: dict[str, tuple[str, list[str]]] = {}  # see faster_types
-        self._max_domain: dict[str, int] = {}
         self._power_coupled = self._types_sharing_racks(cluster)
         # Bumped whenever a type's running set changes, so per-cycle caches know they are stale.
         self._epoch: dict[str, int] = {t: 0 for t in capacity}
@@ -167,11 +169,6 @@ class Scheduler(
         # ranks victims by them too, `victim_options`).
         self._reserves = self.policy.backfill == Backfill.RESERVE
         self._preempt_failed = FailureMemo()
-        for n in cluster.nodes:
-            if n.gpus:
-                self._max_domain[n.gpu_type] = max(
-                    self._max_domain.get(n.gpu_type, 0), n.domain_size
-                )
 
     @staticmethod
     def _types_sharing_racks(cluster: Cluster) -> dict[str, set[str]]:
@@ -190,7 +187,7 @@ class Scheduler(
         """Queue a job; a job that can never fit this cluster is refused with InvalidInput."""
         if spec.id in self.jobs:
             raise InvalidInput(f"job {spec.id!r} was already submitted")
-        self._check_fits(spec)
+        self.fit.check_fits(spec)
         self._seq += 1
         tier = admitted_tier(spec, self.cfg, self.budget)
         if tier == Tier.CORE and self.policy.quotas and not self.cfg.tier1_borrows_at_tier2:
@@ -552,45 +549,11 @@ class Scheduler(
         held = None if res is None or res.job_id == job.id else res.node
         return self._find(job, gpu_type, n, held, strict)
 
-    def types_by_speed(self, job: Job) -> list[str]:
-        """Accepted GPU types of this cluster the job can run on, fastest for the job first."""
-        types = job.types
-        if types is None:
-            types = job.types = sorted(
-                (t for t in self.index.max_size if self._runs_on(job.spec, t)),
-                key=lambda t: (-self.speed(job, t), t),
-            )
-        return types
-
-    def faster_types(self, job: Job) -> list[str]:
-        """The accepted types on which the running job would run faster than where it runs,
-        fastest first (engine.migration looks at every running job each cycle; this is fixed
-        while the job runs, so it is worked out once per start)."""
-        here = job.allocation.gpu_type
-        hit = self._faster.get(job.id)
-        if hit is None or hit[0] != here:
-            faster = [t for t in self.types_by_speed(job) if self.speed(job, t) > job.speed]
-            hit = self._faster[job.id] = (here, [t for t in faster if t != here])
-        return hit[1]
-
     def rule_out_move(self, job: Job, gpu_type: str) -> None:
         """The running job can gain nothing by moving to `gpu_type` for the rest of its run
         (`migration.never_worth`): drop it from `slower_than` there until it starts again or
         is resized."""
         del self.slower_than[gpu_type][job.id]
-
-    def speed(self, job: Job, gpu_type: str) -> float | None:
-        return job.spec.speed_on(gpu_type, self.cluster.gpu_types[gpu_type].speed)
-
-    def _runs_on(self, spec, gpu_type: str) -> bool:
-        """Whether a job accepts `gpu_type` and could ever be placed on it: its tp groups fit
-        the type's NVLink domains and its smallest size the type's largest gang."""
-        if spec.speed_on(gpu_type, 1.0) is None or self._max_domain[gpu_type] < spec.tp_size:
-            return False
-        key = (gpu_type, spec.max_racks)
-        if key not in self._max_gang:
-            self._max_gang[key] = self.cluster.max_gang(gpu_type, spec.max_racks)
-        return self._max_gang[key] >= spec.elastic_range[0]
 
     def _restart_on_spares(self, displaced: list[Job], now: float) -> None:
         """F2: restart jobs a failure displaced at once, tier 1 first, with the hot spares lent
@@ -632,31 +595,5 @@ class Scheduler(
         return any(
             self.quota.tier1_most(spec.team, t) >= need
             for t in self.index.max_size
-            if self._runs_on(spec, t)
+            if self.fit.runs_on(spec, t)
         )
-
-    def _check_fits(self, spec) -> None:
-        accepted = [t for t in self.index.max_size if spec.speed_on(t, 1.0) is not None]
-        if not accepted:
-            wanted = ", ".join(spec.gpu_types) or "any"
-            have = ", ".join(self.index.max_size)
-            raise InvalidInput(
-                f"job {spec.id!r} accepts GPU types {wanted}; the cluster has {have}"
-            )
-        need = spec.elastic_range[0]
-        best = 0
-        for t in accepted:
-            key = (t, spec.max_racks)
-            if key not in self._max_gang:
-                self._max_gang[key] = self.cluster.max_gang(t, spec.max_racks)
-            best = max(best, self._max_gang[key])
-        if need > best:
-            within = f" within {spec.max_racks} rack(s)" if spec.max_racks else ""
-            raise InvalidInput(
-                f"job {spec.id!r} needs {need} GPUs but at most {best} GPUs of its accepted "
-                f"types exist{within}"
-            )
-        if spec.tp_size > max(self._max_domain[t] for t in accepted):
-            raise InvalidInput(
-                f"job {spec.id!r}: tp_size {spec.tp_size} is larger than any NVLink domain"
-            )

@@ -125,7 +125,7 @@ class EngineState:
         self._dirty = True
         for faster in self.faster_types(job):
             self.slower_than[faster].pop(job.id, None)
-        self._faster.pop(job.id, None)
+        self.fit.forget(job.id)
         alloc = job.allocation
         t = alloc.gpu_type
         self._changed(t, freed=True)
