@@ -26,7 +26,10 @@ KPIs are kept under `--results`/CODE/ (CODE: a digest of the simulating code's g
 `SIMULATING`, and of any uncommitted change to it), in a file
 named by a digest of its inputs (the trace file's bytes, format, cluster, arrival scale, how
 tiers are read, policy, seed), so an interrupted run picks up where it stopped and a subset
-run reuses what a larger one measured.
+run reuses what a larger one measured. Each result also keeps its run's name and CPU time;
+runs go to the workers longest first by what they cost under earlier code, the tool prints an
+ETA as they end, and the record ends with the CPU time by trace family and policy
+(`bench.corpus_cost`).
 """
 
 from __future__ import annotations
@@ -50,9 +53,9 @@ from pathlib import Path
 
 import numpy as np
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
+from bench.corpus_cost import Eta, cost_by_family, estimate, prior_costs, run_cost
 from bench.trace_sweep import (
     ALIBABA_ARRIVAL_SCALE,
     ALIBABA_CLUSTER,
@@ -252,9 +255,10 @@ def cache_path(results: Path, task: Task, trace_digest: str) -> Path:
 
 
 def run_task(task: Task) -> dict[str, object]:
-    """One replay: {"jobs", "kpis", "wall_s"} or {"error", "wall_s"} when the trace cannot run
-    on its cluster (a job larger than any node, an unreadable file)."""
-    start = time.perf_counter()
+    """One replay: {"task", "jobs", "kpis", "cpu_s", "wall_s"}, or "error" in place of "jobs"
+    and "kpis" when the trace cannot run on its cluster (a job larger than any node, an
+    unreadable file). "task" names the run, so the cache can be read without the corpus."""
+    start, cpu = time.perf_counter(), time.process_time()
     e = task.entry
     try:
         inputs = load_inputs(
@@ -271,7 +275,13 @@ def run_task(task: Task) -> dict[str, object]:
         }
     except InvalidInput as err:
         out = {"error": str(err)}
-    return {**out, "wall_s": round(time.perf_counter() - start, 3)}
+    named = {"trace": e.name, "setting": task.setting, "policy": task.policy, "seed": task.seed}
+    return {
+        "task": named,
+        **out,
+        "cpu_s": round(time.process_time() - cpu, 3),
+        "wall_s": round(time.perf_counter() - start, 3),
+    }
 
 
 Runs = dict[tuple[str, str, str, int], dict]  # (trace, setting, policy, seed) -> run_task's
@@ -295,23 +305,23 @@ def run_all(tasks: list[Task], results: Path, jobs: int, console: Console | None
         console.print(f"{len(tasks) - len(todo)} of {len(tasks)} runs cached in {results}")
     if not todo:
         return runs
-    # Longest first (by trace size), so one big trace does not run alone at the end.
-    todo.sort(key=lambda tp: -tp[0].entry.path.stat().st_size)
-    columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with (
-        Progress(*columns, console=console, disable=console is None) as progress,
-        ProcessPoolExecutor(max(1, jobs)) as pool,
-    ):
-        bar = progress.add_task("runs", total=len(todo))
-        futures = {pool.submit(run_task, t): (t, path) for t, path in todo}
+    priors = prior_costs(results)
+    costs = estimate(
+        [(t.entry.name, t.policy, t.entry.path.stat().st_size, p.name) for t, p in todo], priors
+    )
+    order = sorted(range(len(todo)), key=lambda i: -costs[i])  # longest first (corpus_cost)
+    say = console.print if console is not None else (lambda line: None)
+    eta = Eta(costs, jobs, say, measured=any(p.name in priors for _, p in todo))
+    with ProcessPoolExecutor(max(1, jobs)) as pool:
+        futures = {pool.submit(run_task, todo[i][0]): i for i in order}
         for future in as_completed(futures):
-            t, path = futures[future]
-            result = future.result()
+            i = futures[future]
+            (t, path), result = todo[i], future.result()
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps(result) + "\n")
             tmp.replace(path)  # a run cut off mid-write leaves no half a result behind
             runs[(t.entry.name, t.setting, t.policy, t.seed)] = result
-            progress.advance(bar)
+            eta.ended_one(costs[i])
     return runs
 
 
@@ -555,10 +565,18 @@ def markdown(
         out += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         out += ["| " + " | ".join(c.replace("|", "/") for c in line) + " |" for line in cells]
         out.append("")
-    out.append(
+    header, cells = meta["cost"]
+    out += [
+        "## What the run cost",
+        "",
         f"Simulation time: {meta['cpu_s'] / 60:.1f} CPU-minutes over {meta['runs']} runs "
-        f"({meta['jobs']} worker processes)."
-    )
+        f"({meta['jobs']} worker processes). CPU-minutes by trace family and policy (runs "
+        "cached before CPU time was kept count their wall time):",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(line) + " |" for line in cells),
+    ]
     return "\n".join(out) + "\n"
 
 
@@ -625,7 +643,8 @@ def main(argv: list[str] | None = None) -> int:
         "globs": args.traces,
         "seeds": seeds,
         "policies": policies,
-        "cpu_s": sum(float(r.get("wall_s", 0.0)) for r in runs.values()),
+        "cpu_s": sum(run_cost(r) for r in runs.values()),
+        "cost": cost_by_family(((k[0], k[2], r) for k, r in runs.items()), policies),
         "runs": len(runs),
         "jobs": args.jobs,
     }

@@ -140,10 +140,13 @@ def test_the_tool_writes_the_record_and_resumes_from_its_cache(tmp_path: Path) -
     cached = _cached(tmp_path)
     assert len(cached) == 2 * 2 * 2  # traces x settings x policies, one seed
     runs = [json.loads(p.read_text()) for p in cached]
-    assert all("kpis" in r for r in runs)
+    assert all("kpis" in r and r["cpu_s"] >= 0 for r in runs)
+    named = {(r["task"]["trace"], r["task"]["setting"], r["task"]["policy"]) for r in runs}
+    assert len(named) == 8 and {r["task"]["seed"] for r in runs} == {0}
 
     # The table's ratios are the cached runs' Arbiter over fifo, trace by trace.
-    for line in doc.splitlines():
+    results, cost = doc.split("## What the run cost")
+    for line in results.splitlines():
         if not line.startswith("| gavel/") and not line.startswith("| tiresias/"):
             continue
         cells = [c.strip() for c in line.strip("|").split("|")]
@@ -152,6 +155,8 @@ def test_the_tool_writes_the_record_and_resumes_from_its_cache(tmp_path: Path) -
     tables = [line for line in doc.splitlines() if line.startswith("| trace |")]
     assert tables[0].count("|") == 5 and tables[1].count("|") == 9  # mechanics, tiers
     assert doc.count("PASS: ") + doc.count("FAIL: ") == 4
+    families = [line.split("|")[1].strip() for line in cost.splitlines() if line.startswith("| ")]
+    assert sorted(families[1:]) == ["gavel/physical_cluster", "tiresias/60_job"]
 
     # A second run measures nothing again; a lost result is measured again, alone.
     assert main(_args(tmp_path, root)) == 0
@@ -166,8 +171,9 @@ def test_the_tool_writes_the_record_and_resumes_from_its_cache(tmp_path: Path) -
 
 
 def _results_part(doc: str) -> list[str]:
-    """The record less its date and timing lines."""
-    return [x for x in doc.splitlines() if not x.startswith(("Generated", "Simulation time"))]
+    """The record less its date line and what the run cost."""
+    results = doc.split("## What the run cost")[0]
+    return [x for x in results.splitlines() if not x.startswith("Generated")]
 
 
 def test_a_subset_by_glob_and_bad_options_are_refused(tmp_path: Path) -> None:
