@@ -157,6 +157,37 @@ def test_a_job_sbatch_refuses_is_a_launch_failure_with_slurms_error(backend):
     assert backend.running() == []
 
 
+def test_a_program_missing_on_the_node_is_a_launch_failure_and_a_real_exit_127_is_not(
+    backend, tmp_path
+):
+    plain = tmp_path / "plain.sh"  # there, but not executable
+    plain.write_text("#!/bin/sh\necho ran\n")
+    plain.chmod(0o644)
+    # A program that starts and exits 127 is a failed run (l3), even when it writes the launch
+    # record and sends its batch wrapper the launch-failure signal first to pass as one (l4).
+    forged = backend._launch_record("l4")
+    forge = f"trap '' USR1; echo forged > {forged}; kill -s USR1 0; exit 127"
+    for job_id, command, gpu in (
+        ("l1", "no-such-program-arbiter --train", 3),
+        ("l2", f"{plain} --train", 4),
+        ("l3", "sh -c 'echo started; exit 127'", 5),
+        ("l4", forge, 6),
+    ):
+        backend.start(Placement(job_id, command, {"node1": (gpu,)}, "H100"))
+    done = {"l1", "l2", "l3", "l4"}
+    ends = (JobLaunchFailed, JobFailed, JobFinished)
+    events = _wait(backend, lambda ev: {e.job_id for e in ev if isinstance(e, ends)} >= done)
+    missing, unrunnable = _of(events, JobLaunchFailed, "l1"), _of(events, JobLaunchFailed, "l2")
+    assert [e.reason for e in missing] == ["no-such-program-arbiter: not found"], events
+    assert [e.reason for e in unrunnable] == [f"{plain}: not found or not executable"], events
+    for job_id in ("l3", "l4"):
+        assert [e.exit_code for e in _of(events, JobFailed, job_id)] == [127], events
+    assert forged.read_text().strip() == "forged"
+    assert (
+        "could not start: no-such-program-arbiter: not found" in backend.log_path("l1").read_text()
+    )
+
+
 # -- serve on Slurm --------------------------------------------------------------------------
 
 
@@ -258,3 +289,25 @@ def test_serve_killed_while_a_slurm_job_ends_records_it_at_its_end_and_never_res
         if e.get("job_id") == job_id and e["kind"] == "charge"
     ]
     assert len(charges) == 1 and charges[0]["end"] <= ended + 1
+
+
+def test_serve_fails_a_slurm_job_whose_program_is_missing_on_its_node_and_charges_nothing(
+    slurm_conf, tmp_path, slurm_serve
+):
+    c = _serve(tmp_path, slurm_serve)
+    c.put("/v1/teams/launch", json={"quota": {"H100": 16}}).raise_for_status()
+    body = {"team": "launch", "command": "no-such-program-arbiter --train", "gpus": 16}
+    bad = c.post("/v1/jobs", json=body).json()["id"]
+    # Both nodes' GPUs: this one starts only once the failed job has released them.
+    body = {"team": "launch", "command": "sh -c 'sleep 1; exit 127'", "gpus": 16}
+    ran = c.post("/v1/jobs", json=body).json()["id"]
+    failed = wait_for(lambda: (j := _job(c, bad))["state"] == "failed" and j, timeout_s=30)
+    assert failed["reason"] == "could not start: no-such-program-arbiter: not found", failed
+    exited = wait_for(lambda: (j := _job(c, ran))["state"] == "failed" and j, timeout_s=30)
+    assert exited["reason"] == "exited with code 127" and exited["exit_code"] == 127, exited
+    ledger = c.get("/v1/ledger", params={"limit": 1000}).json()
+    assert not [e for e in ledger if e.get("job_id") == bad]
+    charged = [e for e in ledger if e.get("job_id") == ran and e["kind"] == "charge"]
+    assert charged, ledger
+    (bill,) = [b for b in c.get("/v1/bill").json() if b["team"] == "launch"]
+    assert bill["credits_spent"] == pytest.approx(sum(e["credits"] for e in charged)), bill

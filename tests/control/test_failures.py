@@ -16,6 +16,7 @@ import pytest
 from gpu_arbiter.backends.base import Placement
 from gpu_arbiter.backends.local import LocalBackend
 from gpu_arbiter.control.launch import ServerProcess
+from gpu_arbiter.domain import JobFinished
 from gpu_arbiter.domain.events import JobLaunchFailed
 from tests.control.harness import Cluster, database, start_server, wait_for
 
@@ -240,3 +241,23 @@ def test_the_local_backend_reports_an_environment_exec_refuses_as_a_launch_failu
     }
     assert "too large" in next(e for e in got if e.job_id == "big").reason
     assert b.running() == []
+
+
+def test_the_local_backend_looks_a_program_up_where_the_job_runs_as_slurms_wrapper_does(
+    tmp_path,
+):
+    b = LocalBackend(tmp_path / "state", allow_root=True)
+    own = b.jobs_root / "rel"  # the job's working directory, kept across its runs
+    own.mkdir(parents=True)
+    (own / "run.sh").write_text("#!/bin/sh\nexit 0\n")
+    (own / "run.sh").chmod(0o755)
+    plain = tmp_path / "plain.sh"
+    plain.write_text("#!/bin/sh\nexit 0\n")
+    b.start(Placement("rel", "./run.sh --x", {"n1": (0,)}, "H100"))
+    b.start(Placement("plain", f"{plain} --x", {"n1": (1,)}, "H100"))
+    ended: dict[str, object] = {}
+    wait_for(lambda: ended.update((e.job_id, e) for e in b.poll()) or len(ended) == 2)
+    assert isinstance(ended["rel"], JobFinished), ended
+    assert ended["plain"] == JobLaunchFailed(
+        "plain", ended["plain"].at, f"{plain}: not found or not executable"
+    )

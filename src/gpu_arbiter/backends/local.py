@@ -34,7 +34,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -44,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpu_arbiter.backends import program
 from gpu_arbiter.backends.base import Placement, Running
 from gpu_arbiter.backends.identity import JobRefused, JobUser, env_script, job_user
 from gpu_arbiter.domain import Event, InvalidInput, JobFinished, JobStopped
@@ -52,13 +52,6 @@ from gpu_arbiter.domain.events import JobFailed, JobLaunchFailed
 # The outer shell ignores nothing (its children get default signal dispositions); its trap only
 # defers TERM until the job has exited, so it can still record the exit code.
 _WRAPPER = 'trap : TERM INT; /bin/sh -c "$1"; rc=$?; echo $rc > "$2.tmp"; mv "$2.tmp" "$2"'
-# Words the shell runs itself: a command starting with one is not checked for a program.
-_SHELL_WORDS = frozenset(
-    "! { } ( ) case do done elif else esac fi for if in then until while . : [ alias bg break cd "
-    "command continue echo eval exec exit export false fg getopts hash jobs kill local printf "
-    "pwd read readonly return set shift test times trap true type ulimit umask unalias unset "
-    "wait".split()
-)
 _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -205,7 +198,7 @@ class LocalBackend:
         env["ARBITER_ALLOCATION"] = ";".join(
             f"{n}:{','.join(str(g) for g in gs)}" for n, gs in placement.gpus_by_node.items()
         )
-        missing = _missing_program(placement.command, env.get("PATH"))
+        missing = program.missing(placement.command, env.get("PATH"), workdir)
         stdin: Any = subprocess.DEVNULL
         try:
             if missing is not None:
@@ -373,20 +366,6 @@ def _runs(pid: int, start_ticks: int) -> bool:
     gone process is never taken for a live one."""
     stat = _stat(pid)
     return stat is not None and stat[0] != "Z" and start_ticks != 0 and stat[1] == start_ticks
-
-
-def _missing_program(command: str, path: str | None) -> str | None:
-    """The shell's own error when the command's first word names a program that is not there
-    (`foo: not found`); None when it is there or the word is shell syntax the shell resolves
-    itself (a builtin, a variable, a redirection), which only running it can tell."""
-    words = command.split(None, 1)
-    word = words[0] if words else ""
-    if not word or word in _SHELL_WORDS or any(c in word for c in "$`'\"\\<>|;&(){}*?[]~="):
-        return None
-    if "/" in word:
-        ok = os.path.isfile(word) and os.access(word, os.X_OK)
-        return None if ok else f"{word}: not found or not executable"
-    return None if shutil.which(word, path=path) else f"{word}: not found"
 
 
 def _launch_error(e: Exception) -> str:

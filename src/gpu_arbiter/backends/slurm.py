@@ -19,6 +19,14 @@ The batch script is a small wrapper: it runs the command, waits for it, and writ
 record (`<job>.exit`: exit code and end time) next to the job's log, so how a job ended is known
 even after Slurm has forgotten it.
 
+Launch failures found on the node: before it starts the command, the wrapper looks up its
+program there as the local backend does before a start (`program`). When it is not there, the
+wrapper writes why to `<job>.launch` and ends itself with `LAUNCH_FAILED_SIGNAL`, and the job is
+a `JobLaunchFailed` (it never ran and costs nothing), not a run that exited 127. The signal is
+the proof, not the record: the wrapper catches that signal while the command runs, so the job
+itself cannot end its wrapper that way and pass a run it was charged for off as a launch
+failure, whatever it writes to its files.
+
 Files: Slurm writes a job's log and the wrapper its exit record as the job's user, so both live
 under the jobs root, outside the server's private state: `<jobs_root>/.slurm/<job>.log` and
 `.exit`, made for the job's user beforehand in a folder that is the server's, 0711 (the job
@@ -72,6 +80,7 @@ import os
 import pwd
 import re
 import shlex
+import signal
 import stat
 import subprocess
 import time
@@ -79,6 +88,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpu_arbiter.backends import program
 from gpu_arbiter.backends.base import Placement, Running
 from gpu_arbiter.backends.identity import root_refused
 from gpu_arbiter.backends.slurm_inventory import (
@@ -151,6 +161,8 @@ _TRANSIENT = re.compile(
 )
 # Seconds after a kill deadline before a job still running is cancelled through Slurm itself.
 KILL_FALLBACK_S = 10.0
+# The signal the batch wrapper ends itself with when the command's program is not on the node.
+LAUNCH_FAILED_SIGNAL = signal.SIGUSR1
 
 
 class SlurmError(ArbiterError):
@@ -224,6 +236,7 @@ class SlurmBackend:
         if old is not None and not old.stopping:
             raise InvalidInput(f"slurm backend: job {placement.job_id} already runs")
         self._exit_record(placement.job_id).unlink(missing_ok=True)
+        self._launch_record(placement.job_id).unlink(missing_ok=True)
         self._stop_record(placement.job_id).unlink(missing_ok=True)
         self._submit(placement)
 
@@ -396,8 +409,8 @@ class SlurmBackend:
 
     def _prepare(self, p: Placement, owner: pwd.struct_passwd | None) -> None:
         """The job's working directory (its user's, 0700, kept across its runs as on the local
-        backend) and, for a job of another user, its log and exit record made for that user
-        (Slurm opens them as the job's user) in the server's 0711 folder of Slurm's files."""
+        backend) and, for a job of another user, its log, exit and launch records made for that
+        user (Slurm opens them as the job's user) in the server's 0711 folder of Slurm's files."""
         for folder in (self.jobs_root, self.files):
             folder.mkdir(parents=True, exist_ok=True)
             folder.chmod(0o711)
@@ -411,7 +424,8 @@ class SlurmBackend:
                 f"slurm backend: team {p.team!r}'s user {p.run_as!r} cannot reach its log in "
                 f"{self.files}: {blocked} is closed to it (chmod o+x, docs/deployment.md)"
             )
-        for path in (self.log_path(p.job_id), self._exit_record(p.job_id)):
+        job_files = (self.log_path, self._exit_record, self._launch_record)
+        for path in (f(p.job_id) for f in job_files):
             path.touch(mode=0o600)
             os.chown(path, owner.pw_uid, owner.pw_gid)
 
@@ -462,6 +476,9 @@ class SlurmBackend:
     def _exit_record(self, job_id: str) -> Path:
         return self.files / f"{job_id}.exit"
 
+    def _launch_record(self, job_id: str) -> Path:
+        return self.files / f"{job_id}.launch"
+
     def _stop_record(self, job_id: str) -> Path:
         return self.dir / f"{job_id}.stop"
 
@@ -472,16 +489,25 @@ class SlurmBackend:
         deadline, see the module docstring) and writes the exit record either way.
         CUDA_VISIBLE_DEVICES is Slurm's; the script is sent on stdin, so the job token never
         appears on a command line or in a file outside Slurm's spool. A job of another user
-        writes its exit record in place (the file is its own, the folder is not)."""
+        writes its exit record in place (the file is its own, the folder is not). Before any
+        of that, the launch check (see the module docstring)."""
         env = {**p.env, "ARBITER_JOB_ID": p.job_id, "ARBITER_BACKEND": "slurm"}
         record = shlex.quote(str(self._exit_record(p.job_id)))
         lines = ["#!/bin/sh"]
         lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+        if (word := program.program(p.command)) is not None:
+            why = shlex.quote(program.not_found(word))
+            launch = shlex.quote(str(self._launch_record(p.job_id)))
+            sig = LAUNCH_FAILED_SIGNAL.name.removeprefix("SIG")
+            lines.append(
+                f"{program.shell_test(word)} || {{ echo {why} > {launch}; "
+                f"echo arbiter: could not start: {why} >&2; kill -s {sig} $$; exit 127; }}"
+            )
         write = f'echo "$rc $(date +%s)" > {record}.tmp && mv {record}.tmp {record}'
         if as_other_user:
             write = f'echo "$rc $(date +%s)" > {record}'
         lines += [
-            "trap : TERM",
+            f"trap : TERM {LAUNCH_FAILED_SIGNAL.name.removeprefix('SIG')}",
             f"trap 'rc=137; {write}; kill -KILL 0' USR2",
             f"/bin/sh -c {shlex.quote(p.command)} &",
             "child=$!",
@@ -514,7 +540,7 @@ class SlurmBackend:
             elif failed := self._node_failure(comps):
                 self._events.append(JobLost(job.job_id, now, failed))
             else:
-                self._events.append(JobFailed(job.job_id, now, self._exit_code(job, states)))
+                self._events.append(self._failed(job.job_id, now, self._exit_code(job, states)))
 
     def _node_failure(self, comps: list[SlurmJob]) -> str | None:
         """Why the job's end was its node's doing, or None: Slurm ended it NODE_FAIL, or it
@@ -600,12 +626,24 @@ class SlurmBackend:
             raise InvalidInput(message + ' (foreign-jobs = "refuse")')
         log.warning("%s", message)
 
+    def _failed(self, job_id: str, at: float, code: int) -> JobFailed | JobLaunchFailed:
+        """A job that ended with Slurm's exit `code` (minus the signal): a launch failure when
+        its wrapper ended itself with `LAUNCH_FAILED_SIGNAL`, else a failed run."""
+        if code != -LAUNCH_FAILED_SIGNAL:
+            return JobFailed(job_id, at, code)
+        try:
+            with self._launch_record(job_id).open(errors="replace") as f:
+                why = f.read(1000).strip()
+        except OSError:
+            why = ""
+        return JobLaunchFailed(job_id, at, why or "its batch script found no program to start")
+
     def _ended(self, job_id: str, state: str, code: int, end: float) -> Event:
         if state == "COMPLETED" and code == 0:
             return JobFinished(job_id, end)
         if state in _NODE_FAILED:
             return JobLost(job_id, end, f"Slurm ended it {state}")
-        return JobFailed(job_id, end, code if code else -1)
+        return self._failed(job_id, end, code if code else -1)
 
     def _outcome_sacct(self, job_id: str, since: float) -> Event | None:
         """From Slurm's accounting (`sacct`), when the site keeps it."""
