@@ -45,5 +45,5 @@ class EngineConfig:
     # A tier-3 job that a tier-1 job needs stopped (S1) stops at once while that throws away
     # at most this much unsaved work (reference seconds x GPUs); beyond it, it saves first, in
     # `notice_stop_s`, and the tier-1 job waits that minute (`engine.preemption.grace`); the
-    # value chosen is measured in docs/results/README.md.
+    # measurements that chose the value are in the git history of docs/results/README.md.
     tier1_stop_max_unsaved_s: float = 3600.0
