@@ -9,6 +9,7 @@ import itertools
 import json
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -62,9 +63,11 @@ def receiver() -> Iterator[Receiver]:
 
 @pytest.fixture(scope="module")
 def site(db, tmp_path_factory) -> Iterator[Cluster]:
-    """A server with three 8-GPU nodes that marks a straggler at once (window 0)."""
+    """A server with three 8-GPU nodes that marks a straggler at once (window 0) and trips the
+    I/O-stall breaker after one second of I/O wait over the limit."""
     state = tmp_path_factory.mktemp("state")
-    server = start_server(db, state, "--min-grace", "1", "--straggler-window", "0")
+    windows = ("--straggler-window", "0", "--io-stall-window", "1")
+    server = start_server(db, state, "--min-grace", "1", *windows)
     c = Cluster(server)
     try:
         for name in ("na", "nb", "nc"):
@@ -184,6 +187,34 @@ def test_a_flag_policy_keeps_the_job_running_and_flagged(site, receiver):
     assert any(e["action"] == "breaker-flag" for e in audit(site, job["id"]))
     wait_for(lambda: receiver.bodies)
     assert f"job {job['id']} flagged; it keeps running" in receiver.bodies[0]["text"]
+
+
+def test_io_wait_over_the_limit_for_the_window_stops_or_flags_the_job_by_team_policy(site):
+    _, stopping = team(site)
+    _, flagging = team(site, breaker_policy="flag")
+    jobs = [(running(site, stopping, gpus=2), stopping), (running(site, flagging), flagging)]
+    before = metric(site, "arbiter_breaker_trips_total", breaker="io_stall", action="stop")
+    for job, client in jobs:
+        for step, share in ((1, 0.5), (2, 0.05), (3, 0.4)):  # over, under, over again
+            assert report(client, job["id"], step=step, io_wait_share=share).status_code == 200
+        assert site.job(job["id"])["state"] == "running"  # not sustained yet
+    time.sleep(1.1)  # the window passes with I/O wait still over the limit
+    for job, client in jobs:
+        assert report(client, job["id"], step=4, io_wait_share=0.4).status_code == 200
+    (stopped, _), (flagged, _) = jobs
+    done = site.job(stopped["id"])
+    assert done["state"] == "failed" and done["allocation"] is None, done
+    assert done["reason"].startswith("circuit breaker: I/O stall: I/O wait above 15% for ")
+    assert done["reason"].endswith(" at step 4"), done["reason"]
+    trips = [e for e in audit(site, stopped["id"]) if e["action"] == "breaker-stop"]
+    assert [e["detail"]["breaker"] for e in trips] == ["io_stall"], trips
+    after = metric(site, "arbiter_breaker_trips_total", breaker="io_stall", action="stop")
+    assert after == before + 1
+    still = site.job(flagged["id"])
+    assert still["state"] == "running", still
+    assert still["reason"].startswith("flagged by circuit breaker: I/O stall"), still["reason"]
+    flags = [e for e in audit(site, flagged["id"]) if e["action"] == "breaker-flag"]
+    assert [e["detail"]["breaker"] for e in flags] == ["io_stall"], flags
 
 
 def test_a_webhook_that_never_answers_does_not_hold_up_the_loop(site):

@@ -39,6 +39,7 @@ from gpu_arbiter.control.loop import ControlLoop, ServerConfig
 from gpu_arbiter.control.schemas import NodeRegister
 from gpu_arbiter.control.store import database_url
 from gpu_arbiter.domain import InvalidInput
+from gpu_arbiter.reliability import BreakerConfig
 from gpu_arbiter.reliability.stragglers import StragglerConfig
 
 
@@ -159,6 +160,13 @@ def serve(
             "--straggler-window", help="Seconds a node must stay that slow to be marked degraded."
         ),
     ] = 300.0,
+    io_stall_window: Annotated[
+        float,
+        typer.Option(
+            "--io-stall-window",
+            help="Seconds a job's I/O wait must stay above 15 % for its I/O-stall breaker to trip.",
+        ),
+    ] = 600.0,
     jobs_root: Annotated[
         Path | None,
         typer.Option(
@@ -231,6 +239,7 @@ def serve(
         cycle_interval_s=cycle_interval,
         hot_spares=hot_spares,
         stragglers=stragglers,
+        breakers=BreakerConfig(io_window_s=opts.io_stall_window),
         public_metrics=opts.public_metrics,
         max_auth_failures_per_minute=opts.auth_failures_per_minute,
         jobs_root=jobs_root.resolve() if jobs_root is not None else None,

@@ -123,6 +123,13 @@ class ServeConfig(BaseModel):
         description="Seconds a node must stay a straggler to be marked degraded: it takes no "
         "new work and the gang restarts without it.",
     )
+    io_stall_window: float = Field(
+        600.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="Seconds a job's reported I/O wait must stay above 15 % for its I/O-stall "
+        "circuit breaker to trip (docs/failures.md).",
+    )
     standby: bool = Field(
         False,
         description="When another serve holds the state dir or the database, wait and take "

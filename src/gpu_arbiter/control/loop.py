@@ -89,7 +89,7 @@ from gpu_arbiter.economy import (
 )
 from gpu_arbiter.economy.chargeback import LOST_WORK, RERUN
 from gpu_arbiter.engine import EngineConfig, Scheduler
-from gpu_arbiter.reliability import Action, Trip
+from gpu_arbiter.reliability import Action, BreakerConfig, Trip
 from gpu_arbiter.reliability.health import HealthMonitor, HealthReport
 from gpu_arbiter.reliability.stragglers import Straggler, StragglerConfig
 
@@ -129,6 +129,7 @@ class ServerConfig:
     # Running jobs are charged for the seconds they held their GPUs at least this often (E5).
     accrue_s: float = 60.0
     stragglers: StragglerConfig = field(default_factory=StragglerConfig)
+    breakers: BreakerConfig = field(default_factory=BreakerConfig)  # every team's thresholds
     public_metrics: bool = False  # per-team series on /metrics without a token
     jobs_root: Path | None = None  # jobs' working directories (default: `work_root`)
     allow_root_jobs: bool = False  # team jobs may run as root (local and Slurm refuse else)
@@ -248,7 +249,7 @@ class ControlLoop:
         self.burn: dict[str, float] = {}
         # Starts the backend refused after their commit, handled on the next tick.
         self._launch_failures: list[JobLaunchFailed] = []
-        self.watch = JobWatch(config.stragglers)
+        self.watch = JobWatch(config.stragglers, config.breakers)
         self.webhooks = Webhooks(self.metrics.webhooks)
         self._degraded: set[str] = set()  # nodes marked degraded (or that were: see its use)
 
@@ -467,7 +468,7 @@ class ControlLoop:
         }
         self.run_as = {r.name: r.run_as for r in rows if r.run_as}
         self.budgets = Budgets.for_teams(self.ledger, self.teams.values())
-        self.watch = JobWatch(self.cfg.stragglers)
+        self.watch = JobWatch(self.cfg.stragglers, self.cfg.breakers)
         for r in conn.execute(select(TEAMS.c.name, TEAMS.c.breaker_policy, TEAMS.c.webhook_url)):
             self.watch.set_team(r.name, r.breaker_policy, r.webhook_url)
         self.nodes = {r.name: dict(r._mapping) for r in conn.execute(select(NODES))}

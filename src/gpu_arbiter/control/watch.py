@@ -18,14 +18,17 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpu_arbiter.control.schemas import Telemetry, as_float
-from gpu_arbiter.reliability import Action, BreakerPolicy, CircuitBreakers, Trip
+from gpu_arbiter.reliability import Action, BreakerConfig, BreakerPolicy, CircuitBreakers, Trip
 from gpu_arbiter.reliability import Telemetry as Sample
 from gpu_arbiter.reliability.stragglers import GangWatch, Straggler, StragglerConfig
 
 
 class JobWatch:
-    def __init__(self, stragglers: StragglerConfig | None = None) -> None:
-        self.breakers = CircuitBreakers()
+    def __init__(
+        self, stragglers: StragglerConfig | None = None, breakers: BreakerConfig | None = None
+    ) -> None:
+        self.breaker_config = breakers or BreakerConfig()
+        self.breakers = CircuitBreakers(default=BreakerPolicy(config=self.breaker_config))
         self.straggler_config = stragglers or StragglerConfig()
         self.webhooks: dict[str, str] = {}
         self._gangs: dict[str, GangWatch] = {}
@@ -33,7 +36,8 @@ class JobWatch:
 
     def set_team(self, team: str, policy: str | None, webhook_url: str | None) -> None:
         """A team's breaker policy (`stop` when unset) and webhook."""
-        self.breakers.set_policy(team, BreakerPolicy(Action(policy or Action.STOP)))
+        action = Action(policy or Action.STOP)
+        self.breakers.set_policy(team, BreakerPolicy(action, self.breaker_config))
         if webhook_url:
             self.webhooks[team] = webhook_url
         else:
