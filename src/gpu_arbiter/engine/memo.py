@@ -123,14 +123,15 @@ class Stamps:
                 return False
         return True
 
-    def _blocked_stamp(self, job: Job, now: float) -> tuple:
+    def _blocked_stamp(self, job: Job, now: float, types: list[str]) -> tuple:
         """Everything a failed `_try_start` of the job looked at that can change without time
-        passing: its tier and, per accepted type (and the types sharing its racks' power), every
-        start, stop, resize, hold, fault and repair; jobs started at `now` count once `now` has
-        passed (they are no victims in their first cycle)."""
+        passing: its tier and, per accepted type (`types`, from `types_by_speed`) and the types
+        sharing its racks' power, every start, stop, resize, hold, fault and repair; jobs
+        started at `now` count once `now` has passed (they are no victims in their first
+        cycle)."""
         stamp: list = [int(job.tier)]
-        for t in self.types_by_speed(job):
-            stamp.append((self._coupled(self._epoch, t), self._starts_at(t, now)))
+        for t in types:
+            stamp.append((self._near_epoch[t], self._starts_at(t, now)))
         return tuple(stamp)
 
     def _still_blocked(self, job: Job, stamp: tuple, now: float, ctx: CycleContext) -> bool:
@@ -156,7 +157,7 @@ class Stamps:
                     return False
                 if tried[0] not in reservations:
                     reservations[tried[0]] = self._reservation_for(job, tried[0], n, now)
-        elif unreserved or self._blocked_stamp(job, now) != stamp:
+        elif unreserved or self._blocked_stamp(job, now, types) != stamp:
             return False
         else:
             n = start_sizes(job.spec, self.policy.elastic)[-1]  # the smallest a try asks for
@@ -181,16 +182,11 @@ class Stamps:
         at, k = self._starts_now.get(gpu_type, (None, 0))
         return k if at == now else 0
 
-    def _coupled(self, counter: dict[str, int], gpu_type: str) -> int:
-        """A counter summed over the type and the types sharing its racks' power caps; the
-        counters only grow, so the sum changes with any of them."""
-        return sum(counter[t] for t in self._power_coupled[gpu_type])
-
     def _stamp(self, gpu_type: str) -> int:
         """What a placement search on the type depends on that can make it succeed later (see
         `engine.memo`): GPUs and rack power freed on it or on a type sharing its racks' power
         caps."""
-        return self._coupled(self._freed, gpu_type)
+        return self._near_freed[gpu_type]
 
     def _preempt_stamp(self, gpu_type: str, now: float) -> tuple:
         """As `_stamp`, plus what can give a preemption search more victims: jobs started on
@@ -207,3 +203,10 @@ class Stamps:
         self._epoch[gpu_type] += 1
         if freed:
             self._freed[gpu_type] += 1
+        # The sums over types sharing racks' power caps (`_near_epoch`, `_near_freed`): sharing
+        # a rack is symmetric, so the types whose sums count this one are those it shares with.
+        # The counters only grow, so a sum changes with any of them.
+        for t in self._power_coupled[gpu_type]:
+            self._near_epoch[t] += 1
+            if freed:
+                self._near_freed[t] += 1

@@ -154,6 +154,10 @@ class Scheduler(
         # Bumped whenever a type's running set changes, so per-cycle caches know they are stale.
         self._epoch: dict[str, int] = {t: 0 for t in capacity}
         self._freed: dict[str, int] = {t: 0 for t in capacity}  # bumped when GPUs free up
+        # Both counters summed over the type and the types sharing its racks' power caps (what
+        # the memos' stamps read for every pending job), bumped with them in `_changed`.
+        self._near_epoch: dict[str, int] = {t: 0 for t in capacity}
+        self._near_freed: dict[str, int] = {t: 0 for t in capacity}
         self._starts: dict[tuple[str, int], list[int]] = {
             (t, k): [0] * RUN_BANDS for t in capacity for k in TIERS
         }

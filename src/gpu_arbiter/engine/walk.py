@@ -159,17 +159,23 @@ class Walk:
             if t not in ctx.reservations:
                 ctx.reservations[t] = self._reservation_for(job, t, n, now)
         if self.policy.incremental and not ctx.timely:
-            self._blocked[job.id] = hopeless or self._blocked_stamp(job, now)
+            self._blocked[job.id] = hopeless or self._blocked_stamp(
+                job, now, self.types_by_speed(job)
+            )
 
     def _note_blocked(self, types: list[str], n: int, ctx: CycleContext) -> None:
         """A job wanting `n` GPUs is blocked on these types: they count as stranded where
-        enough GPUs are free, and its GPUs as wanted ahead of anybody walked after it."""
-        free, waiting = self.index.type_free, ctx.waiting
+        enough GPUs are free, and its GPUs as wanted ahead of anybody walked after it (which
+        only the preemption step reads, `_wait_elsewhere`)."""
+        free = self.index.type_free
         ctx.blocked_types.update(types)
         for t in types:
-            waiting[t] = waiting.get(t, 0) + n
             if free[t] >= n:
                 ctx.stranded_types.add(t)
+        if self.policy.preemption:
+            waiting = ctx.waiting
+            for t in types:
+                waiting[t] = waiting.get(t, 0) + n
 
     def admissible(self, job: Job, gpu_type: str, n: int) -> bool:
         """Whether the job may hold `n` GPUs of the type now, by its quota (S2): tier-1 jobs
