@@ -173,6 +173,22 @@ def test_a_nan_loss_stops_the_job_and_releases_its_gpus(site):
     assert report(client, job["id"], step=1235, loss=1.0).status_code == 409
 
 
+def test_a_stopped_job_without_walltime_saves_as_long_again_as_its_run_had_lasted(site):
+    _, client = team(site)
+    job = running(site, client, gpus=2)  # no walltime: how long it would have run is unknown
+    saved_before = metric(site, "arbiter_breaker_saved_gpu_hours_total")
+    time.sleep(1.0)  # it runs a while before its loss goes bad
+    assert report(client, job["id"], step=7, loss="nan").status_code == 200
+    done = site.job(job["id"])
+    assert done["state"] == "failed"
+    held = (done["finished_at"] - done["started_at"]) * 2 / 3600
+    assert held > 0
+    saved = metric(site, "arbiter_breaker_saved_gpu_hours_total") - saved_before
+    assert saved == pytest.approx(held, rel=1e-6)
+    (stop,) = [e for e in audit(site, job["id"]) if e["action"] == "breaker-stop"]
+    assert stop["detail"]["saved_gpu_hours"] == pytest.approx(held, rel=1e-6)
+
+
 def test_a_flag_policy_keeps_the_job_running_and_flagged(site, receiver):
     _, client = team(site, breaker_policy="flag", webhook_url=receiver.url)
     job = running(site, client)

@@ -152,13 +152,18 @@ def test_a_non_fatal_fault_is_counted_and_stops_nothing():
     assert (k["faults"], k["failures"], k["lost_gpu_hours"]) == (1, 0, 0.0)
 
 
-def breaker_run(action: Action, pathology: str = "nan_loss"):
+def breaker_run(action: Action, pathology: str = "nan_loss", walltime: float | None = 36_000):
     c = small()
     teams = default_teams(c.gpus_by_type(), {"a": 1.0})
-    specs = [
-        job("sick", gpus=4, duration=36_000, pathology=pathology, pathology_onset_s=1800),
-        job("well", gpus=4, duration=36_000),
-    ]
+    sick = job(
+        "sick",
+        gpus=4,
+        duration=36_000,
+        pathology=pathology,
+        pathology_onset_s=1800,
+        walltime_s=walltime,
+    )
+    specs = [sick, job("well", gpus=4, duration=36_000)]
     cfg = SimConfig(reliability=ReliabilityConfig(failures=False, breakers=BreakerPolicy(action)))
     return simulate(c, teams, "arbiter", specs, cfg)
 
@@ -170,8 +175,17 @@ def test_a_stop_breaker_releases_a_sick_job_and_counts_the_gpu_hours_saved(patho
     sick = next(r for r in res.records if r.id == "sick")
     assert k["breaker_trips"] == k["breaker_stops"] == 1
     assert not sick.completed and sick.finished_at >= 1800
+    # The GPU time it would still have held up to its walltime estimate (what the service counts).
     assert k["gpu_hours_saved_by_breakers"] == pytest.approx((36_000 - sick.finished_at) * 4 / 3600)
     assert k["completed"] == 1
+
+
+def test_a_stop_breaker_counts_a_job_without_walltime_as_running_as_long_again():
+    res = breaker_run(Action.STOP, walltime=None)
+    sick = next(r for r in res.records if r.id == "sick")
+    assert sick.first_start == 0.0 and sick.restarts == sick.preemptions == 0
+    held = (sick.finished_at - sick.first_start) * 4 / 3600
+    assert res.kpis["gpu_hours_saved_by_breakers"] == pytest.approx(held)
 
 
 def test_a_flag_breaker_lets_the_job_run_on():

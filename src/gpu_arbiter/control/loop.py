@@ -89,7 +89,7 @@ from gpu_arbiter.economy import (
 )
 from gpu_arbiter.economy.chargeback import LOST_WORK, RERUN
 from gpu_arbiter.engine import EngineConfig, Scheduler
-from gpu_arbiter.reliability import Action, BreakerConfig, Trip
+from gpu_arbiter.reliability import Action, BreakerConfig, Trip, gpu_s_saved_by_stop
 from gpu_arbiter.reliability.health import HealthMonitor, HealthReport
 from gpu_arbiter.reliability.stragglers import Straggler, StragglerConfig
 
@@ -1534,11 +1534,8 @@ class ControlLoop:
         self.metrics.breaker_trips.labels(breaker, trip.action.value).inc()
         saved_h = 0.0
         if trip.action is Action.STOP:
-            job = self.sched.jobs[job_id]
-            # As the simulator counts it: the GPU time the job would still have held, here to
-            # the end its walltime estimate gives (unknown, so not counted, without one).
-            left = job.expected_end_at - tx.now
-            saved_h = max(0.0, left) * job.gpu_share / 3600 if math.isfinite(left) else 0.0
+            # The GPU time it would still have held, counted as the simulator counts it.
+            saved_h = gpu_s_saved_by_stop(self.sched.jobs[job_id], tx.now) / 3600
             self.sched.cancel(job_id, tx.now)
             self._end(tx, job_id, "failed", trip.reason, stop=True)
             self.metrics.breaker_saved_gpu_hours.inc(saved_h)

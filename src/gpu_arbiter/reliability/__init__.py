@@ -16,6 +16,7 @@ from gpu_arbiter.reliability.breakers import (
     Telemetry,
     Trip,
     first_detection,
+    gpu_s_saved_by_stop,
     mfu,
 )
 from gpu_arbiter.reliability.checkpoint import LostWork, RunSegment, SparePool
@@ -70,5 +71,6 @@ __all__ = [
     "detect",
     "first_detection",
     "mfu",
+    "gpu_s_saved_by_stop",
     "telemetry_stream",
 ]

@@ -14,7 +14,8 @@ Four breakers watch each job's telemetry:
 Each job's breakers are independent state; a team's `BreakerPolicy` says whether a trip stops
 the job (its GPUs are released) or only flags it. Either way the team gets `Trip.message`.
 The simulator runs them over synthetic streams (`pathologies.detect`), the control plane over
-every report a live job sends (`control.watch`): one implementation for both.
+every report a live job sends (`control.watch`): one implementation for both, and one count
+of the GPU time a stop saves (`gpu_s_saved_by_stop`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gpu_arbiter.domain import InvalidInput
+from gpu_arbiter.domain import InvalidInput, Job
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,6 +311,23 @@ class JobBreakers:
                 self._fired.add(breaker)
                 return Detection(breaker, s.at, s.step, f"{why} at step {s.step}")
         return None
+
+
+def gpu_s_saved_by_stop(job: Job, now: float) -> float:
+    """The GPU-seconds a breaker that stops `job` at `now` saves: the GPU time it would still
+    have held, from what the live service knows of it, so that the simulator reports what the
+    service counts. With a walltime estimate, up to the end the estimate gives (none once it
+    has overrun it). Without one its length is unknown, and the rule is that it would have run
+    as long again as its current run has lasted: the least a stop saves a job that would
+    otherwise have run on, never a guess from its true length, which only the simulator has.
+    Call before its GPUs are released."""
+    if job.allocation is None:
+        return 0.0
+    if math.isfinite(job.expected_end_at):
+        left = job.expected_end_at - now
+    else:
+        left = now - (job.started_at if job.started_at is not None else now)
+    return max(0.0, left) * job.gpu_share
 
 
 def _show(value: float) -> str:

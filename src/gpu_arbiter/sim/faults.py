@@ -50,6 +50,7 @@ from gpu_arbiter.reliability import (
     Pathology,
     SparePool,
     detect,
+    gpu_s_saved_by_stop,
 )
 from gpu_arbiter.reliability.stragglers import StragglerConfig
 from gpu_arbiter.reliability.stragglers import detect as detect_straggler
@@ -251,8 +252,7 @@ class SimReliability:
             event["action"] = Action.FLAG.value
             return False
         event["action"] = Action.STOP.value
-        job.advance(now)
-        self.saved_gpu_s += job.remaining_s / job.rate * job.gpu_share
+        self.saved_gpu_s += gpu_s_saved_by_stop(job, now)
         self.sched.cancel(job_id, now)
         self.trips_stopped += 1
         return True
