@@ -550,7 +550,11 @@ def markdown(
         "The yarn-gput files are samples of jobs' GPU time, not traces; each is built into one "
         f"(seed {YARN_BUILD_SEED}): every sample once in random order, a GPU count drawn from "
         "60_job's counts, run time = GPU time / GPUs, Poisson arrivals offering "
-        f"{YARN_LOAD:.0%} of the {YARN_CLUSTER_FILE} cluster (64 GPUs), on which it runs.",
+        f"{YARN_LOAD:.0%} of the {YARN_CLUSTER_FILE} cluster (64 GPUs), on which it runs. "
+        "Of the Alibaba pod lists, `default` and the nine `cpu*` lists hold the same GPU pods "
+        "(they differ in CPU-only pods, which are no GPU jobs and are not read), so their rows "
+        "differ only in the teams drawn for the pods; the `multigpu*` lists have no QoS, "
+        "creation or deletion times and cannot be replayed.",
         "",
         "How the `gavel` baseline compares with the real Gavel simulator: "
         "[gavel-crosscheck.md](gavel-crosscheck.md).",
