@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable
+from dataclasses import dataclass, field
 
 from gpu_arbiter.domain import MILLI, Job, Tier
 from gpu_arbiter.engine.context import CycleContext
@@ -54,8 +55,25 @@ class FailureMemo:
         self._entries[sig] = (n, stamp)
 
 
+@dataclass(slots=True)
+class PendingNotes:
+    """What the walk noted about each pending job: the stamp of its last failed try
+    (`_blocked_stamp` or `_hopeless`), when it last had a full try, and what that try found
+    (`engine.waiting`). A start ends all of them, a hold the stamp (`engine.state`)."""
+
+    blocked: dict[str, tuple] = field(default_factory=dict)
+    last_try: dict[str, float] = field(default_factory=dict)
+    waits: dict[str, tuple] = field(default_factory=dict)
+
+    def forget(self, job_id: str) -> None:
+        self.blocked.pop(job_id, None)
+        self.last_try.pop(job_id, None)
+        self.waits.pop(job_id, None)
+
+
 class Stamps:
-    """Blocked and hopeless stamps, epochs and start counters (mixed into `Scheduler`)."""
+    """Blocked and hopeless stamps over the state's counters of change (mixed into
+    `Scheduler`)."""
 
     def _hopeless(self, job: Job, n: int, ctx: CycleContext) -> tuple | None:
         """Whether the job can neither be placed (no accepted type has `n` whole free GPUs) nor
@@ -164,14 +182,6 @@ class Stamps:
         self._note_blocked(types, n, ctx)
         return True
 
-    def _count_start(self, gpu_type: str, tier: int, run: float, now: float) -> None:
-        """A job of the tier started on the type, expected to run `run` seconds."""
-        counts = self._starts[(gpu_type, tier)]
-        for b in range(run_band(run) + 1):
-            counts[b] += 1
-        at, k = self._starts_now.get(gpu_type, (None, 0))
-        self._starts_now[gpu_type] = (now, k + 1 if at == now else 1)
-
     def _starts_of(self, gpu_type: str, tiers: tuple[int, ...], band: int = 0) -> int:
         """Jobs of `tiers` started on the type so far (new victims for a job of a policy that
         may stop those tiers), of those expected to run at least 2**`band` seconds."""
@@ -196,17 +206,3 @@ class Stamps:
         started = self._starts_of(gpu_type, TIERS) - self._starts_at(gpu_type, now)
         clock = None if self.policy.incremental else now
         return (self._stamp(gpu_type), started, self._flips[gpu_type], clock)
-
-    def _changed(self, gpu_type: str, freed: bool) -> None:
-        """Note a change of the type's running set or free GPUs, for the caches that depend on
-        them (shadow times, dry runs) and, when GPUs were freed, for the failure memos."""
-        self._epoch[gpu_type] += 1
-        if freed:
-            self._freed[gpu_type] += 1
-        # The sums over types sharing racks' power caps (`_near_epoch`, `_near_freed`): sharing
-        # a rack is symmetric, so the types whose sums count this one are those it shares with.
-        # The counters only grow, so a sum changes with any of them.
-        for t in self._power_coupled[gpu_type]:
-            self._near_epoch[t] += 1
-            if freed:
-                self._near_freed[t] += 1

@@ -1,21 +1,20 @@
 """One scheduling cycle, shared by the simulator and the live control plane.
 
-The `Scheduler` holds the engine's view of the cluster (the capacity index, the pending queue,
-the running jobs, quota and fair-share books) and changes it only through its methods: drivers
-report what happened (`submit`, `finished`, `stopped`, `node_down`, ...) and call `cycle(now)`,
-which returns the decisions to carry out. It never reads a clock, a file or a socket.
+The `Scheduler` is the engine's facade: drivers report what happened (`submit`, `finished`,
+`stopped`, `node_down`, ...) and call `cycle(now)`, which returns the decisions to carry out.
+It never reads a clock, a file or a socket.
 
-A cycle: bring running jobs up to date, let round-based policies re-plan, then walk pending jobs
-in the policy's order and for each try, in turn: every accepted GPU type and start size within
-the backfill reservations (placement), then a preemption plan (victims), then a reservation.
-Finally elastic jobs grow into what is left.
-
-One module per question, each a part of the `Scheduler` it is mixed into:
-`engine.state` (the running state and its only mutators), `engine.walk` (one pending job:
-place -> preempt -> reserve), `engine.memo` (blocked and hopeless stamps), `engine.waiting`
-(why a pending job waits, `why_pending`), `engine.reservations` (backfill reservations),
-`engine.preemption` (who may be a victim, in what order, with what notice, which plan wins);
-the cycle's context (`engine.context`) is passed to every step.
+What it holds are objects, each the answer to one question: `engine.state.EngineState` (what
+runs where, holds, stops under notice; its methods are the only mutators of all that),
+`engine.capacity` (free GPUs), `engine.fit` (which types a job can run on, how fast),
+`engine.ordering` (the pending queue), `engine.admission` and `engine.fairshare` (the books),
+`engine.memo.PendingNotes` (what the walk noted about each pending job). The steps of a cycle
+are classes mixed into the facade, one module per question: `engine.walk` (one pending job:
+place -> preempt -> reserve), `engine.memo` (blocked and hopeless stamps),
+`engine.reservations` (backfill reservations), `engine.preemption` (who may be a victim, in
+what order, with what notice, which plan wins) and `engine.waiting` (why a pending job waits,
+`why_pending`). They read the state and change it only through `EngineState`; the cycle's
+context (`engine.context`) is passed to them explicitly.
 """
 
 from __future__ import annotations
@@ -23,8 +22,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-
-from sortedcontainers import SortedList
 
 from gpu_arbiter.domain import (
     Allocation,
@@ -40,16 +37,14 @@ from gpu_arbiter.domain import (
 from gpu_arbiter.domain.team import check_quotas
 from gpu_arbiter.engine.admission import BudgetRule, QuotaBook, admitted_tier
 from gpu_arbiter.engine.backfill import Reservation
-from gpu_arbiter.engine.borrowing import Borrowing
 from gpu_arbiter.engine.capacity import CapacityIndex
 from gpu_arbiter.engine.config import EngineConfig
 from gpu_arbiter.engine.context import CycleContext, CycleView
 from gpu_arbiter.engine.elastic import grown_allocation
 from gpu_arbiter.engine.fairshare import FairShare
 from gpu_arbiter.engine.fit import TypeFit
-from gpu_arbiter.engine.memo import HOPELESS, RUN_BANDS, TIERS, FailureMemo, Stamps
+from gpu_arbiter.engine.memo import HOPELESS, FailureMemo, PendingNotes, Stamps
 from gpu_arbiter.engine.ordering import PendingQueue
-from gpu_arbiter.engine.placement import gpus_to_mask
 from gpu_arbiter.engine.policy import Backfill, Policy, get_policy
 from gpu_arbiter.engine.preemption.eligibility import Eligibility
 from gpu_arbiter.engine.preemption.grace import Notices
@@ -58,7 +53,7 @@ from gpu_arbiter.engine.preemption.victims import VictimCache, VictimLists
 from gpu_arbiter.engine.reservations import Reservations
 from gpu_arbiter.engine.sharing import SharedGpus
 from gpu_arbiter.engine.spares import HotSpares
-from gpu_arbiter.engine.state import EngineState, Hold
+from gpu_arbiter.engine.state import EngineState
 from gpu_arbiter.engine.waiting import Tried, WhyPending
 from gpu_arbiter.engine.walk import Walk
 
@@ -76,7 +71,6 @@ class CycleResult:
 
 
 class Scheduler(
-    EngineState,
     Walk,
     Stamps,
     Reservations,
@@ -87,7 +81,7 @@ class Scheduler(
     WhyPending,
 ):
     """The engine's facade: what drivers report, and `cycle`. The steps live in the mixed-in
-    classes, one module per question (see the module doc)."""
+    classes, the running state in `state` (see the module doc)."""
 
     def __init__(
         self,
@@ -118,74 +112,52 @@ class Scheduler(
         )
         self.queue = PendingQueue(self.policy.group_key, self.policy.rank_key)
         self.jobs: dict[str, Job] = {}
-        self.running: dict[str, Job] = {}
-        self.running_by_type: dict[str, dict[str, Job]] = {t: {} for t in capacity}
-        self.running_by_tier: dict[tuple[str, int], dict[str, Job]] = {
-            (t, k): {} for t in capacity for k in (1, 2, 3)
-        }
-        self.borrowed_by_type: dict[str, dict[str, Job]] = {t: {} for t in capacity}
-        # Running jobs by each type they would run faster on (`faster_types`), for moves, less
-        # those the move step ruled out for their current run (`rule_out_move`).
-        self.slower_than: dict[str, dict[str, Job]] = {t: {} for t in capacity}
-        # Running jobs by expected end (walltime estimate), for backfill reservations.
-        self.ends_by_type: dict[str, SortedList] = {t: SortedList() for t in capacity}
-        # Running jobs by team and type, in the order they fill the team's quota (S2).
-        self.team_jobs: dict[tuple[str, str], Borrowing] = {}
-        self.elastic_running: dict[str, Job] = {}
-        self.node_jobs: list[set[str]] = [set() for _ in cluster.nodes]
-        self.drained: set[int] = set()  # nodes out of placement whose jobs run on (`drain`)
-        self.holds: dict[str, Hold] = {}
-        self.hold_of: dict[str, str] = {}  # victim id -> id of the job holding GPUs for it
-        self.pending_stops: dict[str, Preempt] = {}
+        self.notes = PendingNotes()  # what the walk noted about each pending job
+        self._victims = VictimCache()  # the victim lists of the cycle in progress
+        self.state = st = EngineState(
+            cluster,
+            self.policy,
+            self.cfg,
+            budget,
+            self.index,
+            self.spares,
+            self.shared,
+            self.quota,
+            self.fair,
+            self.queue,
+            self.fit,
+            self.notes,
+            self._victim_changed,
+        )
+        # The state's indexes under the names the steps, policies and drivers read them by;
+        # only the state's methods change them.
+        self.running, self.running_by_type = st.running, st.running_by_type
+        self.running_by_tier, self.borrowed_by_type = st.running_by_tier, st.borrowed_by_type
+        self.slower_than, self.ends_by_type = st.slower_than, st.ends_by_type
+        self.team_jobs, self.elastic_running = st.team_jobs, st.elastic_running
+        self.node_jobs, self.drained = st.node_jobs, st.drained
+        self.holds, self.hold_of, self.pending_stops = st.holds, st.hold_of, st.pending_stops
+        self._watts = st.watts
+        # Its counters of change and the walk's notes, which the memos read (`engine.memo`).
+        self._epoch, self._freed, self._flips = st.epoch, st.freed, st.flips
+        self._near_epoch, self._near_freed = st.near_epoch, st.near_freed
+        self._starts, self._starts_now = st.starts, st.starts_now
+        self._blocked, self.last_try = self.notes.blocked, self.notes.last_try
+        self._waits: dict[str, Tried] = self.notes.waits
         # Jobs that reported a checkpoint through a live driver's SDK: they keep checkpoints even
         # without a declared interval, so a failure does not demote them (E3).
         self.sdk_checkpoints: set[str] = set()
-        self._decisions: list[Decision] = []
-        self._victims = VictimCache()  # the victim lists of the cycle in progress
-        # Incremental cycles (see `_fresh_order`): whether capacity was freed since the last
-        # cycle, the jobs queued since, and what the last full walk reserved and found blocked.
-        self._dirty = True
-        self._fresh: list[Job] = []
+        # Incremental cycles (see `_fresh_order`): what the last full walk reserved and found
+        # blocked (whether capacity was freed since, and the jobs queued since: `EngineState`).
         self._reservations: dict[str, Reservation] = {}
         self._blocked_types: set[str] = set()
         self._stranded_types: set[str] = set()
         self._seq = 0
-        self._power_coupled = self._types_sharing_racks(cluster)
-        # Bumped whenever a type's running set changes, so per-cycle caches know they are stale.
-        self._epoch: dict[str, int] = {t: 0 for t in capacity}
-        self._freed: dict[str, int] = {t: 0 for t in capacity}  # bumped when GPUs free up
-        # Both counters summed over the type and the types sharing its racks' power caps (what
-        # the memos' stamps read for every pending job), bumped with them in `_changed`.
-        self._near_epoch: dict[str, int] = {t: 0 for t in capacity}
-        self._near_freed: dict[str, int] = {t: 0 for t in capacity}
-        self._starts: dict[tuple[str, int], list[int]] = {
-            (t, k): [0] * RUN_BANDS for t in capacity for k in TIERS
-        }
-        self._starts_now: dict[str, tuple[float, int]] = {}  # starts at the latest start time
-        self._flips: dict[str, int] = {t: 0 for t in capacity}  # borrowed flags changed
-        self._blocked: dict[str, tuple] = {}  # job id -> `_blocked_stamp` of its last failure
-        # When each pending job last had a full try (was not set aside as still blocked).
-        self.last_try: dict[str, float] = {}
-        self._waits: dict[str, Tried] = {}  # what each pending job's last full try found
-        self._started_at: float | None = None  # when a job last started (a victim after that)
         self._place_failed = FailureMemo()
         # EASY: read for every blocked job. Only such a policy reads walltime estimates (it
         # ranks victims by them too, `victim_options`).
         self._reserves = self.policy.backfill == Backfill.RESERVE
         self._preempt_failed = FailureMemo()
-
-    @staticmethod
-    def _types_sharing_racks(cluster: Cluster) -> dict[str, set[str]]:
-        """For each GPU type, the types whose nodes share a rack (and so a power cap) with it."""
-        by_rack: dict[str, set[str]] = {}
-        for n in cluster.nodes:
-            if n.gpus:
-                by_rack.setdefault(n.rack, set()).add(n.gpu_type)
-        coupled: dict[str, set[str]] = {}
-        for types in by_rack.values():
-            for t in types:
-                coupled.setdefault(t, set()).update(types)
-        return coupled
 
     def submit(self, spec, now: float) -> Job:
         """Queue a job; a job that can never fit this cluster is refused with InvalidInput."""
@@ -205,8 +177,7 @@ class Scheduler(
             seq=self._seq,
         )
         self.jobs[spec.id] = job
-        self.queue.add(job)
-        self._fresh.append(job)
+        self.state.enqueue(job)
         return job
 
     def resubmit(self, spec, submitted_at: float, tier: Tier) -> Job:
@@ -220,22 +191,22 @@ class Scheduler(
         return job
 
     def finished(self, job_id: str, now: float) -> Job:
-        job = self._running(job_id)
+        job = self.state.running_job(job_id)
         job.advance(now)
         job.close_segment(job.spec.duration_s)
-        self._release(job)
-        self.pending_stops.pop(job_id, None)  # it may finish within a stop notice's grace
+        self.state.release(job)
+        self.state.forget_stop(job_id)  # it may finish within a stop notice's grace
         job.state = JobState.COMPLETED
         job.finished_at = now
-        self._victim_gone(job_id, now)
+        self.state.victim_gone(job_id, now)
         return job
 
     def stopped(self, job_id: str, now: float) -> Job:
         """A job preempted with grace has stopped (saving a checkpoint if one was requested)."""
-        job = self._running(job_id)
-        order = self.pending_stops.pop(job_id, None)
-        self._stop(job, now, keep_all=bool(order and order.checkpoint))
-        self._victim_gone(job_id, now)
+        job = self.state.running_job(job_id)
+        order = self.state.forget_stop(job_id)
+        self.state.stop(job, now, keep_all=bool(order and order.checkpoint))
+        self.state.victim_gone(job_id, now)
         return job
 
     def cancel(self, job_id: str, now: float) -> Job:
@@ -245,17 +216,15 @@ class Scheduler(
         if job.state not in (JobState.PENDING, JobState.RUNNING):
             raise InvalidInput(f"job {job_id!r} is already {job.state.value}")
         if job_id in self.holds:
-            self._cancel_hold(self.holds[job_id])
+            self.state.cancel_hold(self.holds[job_id])
         if job.state == JobState.RUNNING:
             job.advance(now)
             job.close_segment(job.progress_s)
-            self._release(job)
-            self.pending_stops.pop(job_id, None)
-            self._victim_gone(job_id, now)
+            self.state.release(job)
+            self.state.forget_stop(job_id)
+            self.state.victim_gone(job_id, now)
         self.queue.remove(job)
-        self._blocked.pop(job.id, None)
-        self.last_try.pop(job.id, None)
-        self._waits.pop(job.id, None)
+        self.notes.forget(job.id)
         job.state = JobState.CANCELLED
         job.finished_at = now
         return job
@@ -266,12 +235,7 @@ class Scheduler(
         node = self.cluster.node(name).index
         if self.index.down[node] and node not in self.drained:
             return []
-        self.drained.discard(node)
-        self.spares.lost(node)
-        self.index.set_down(node)
-        self._changed(self.index.node_type[node], freed=False)
-        for hold in [h for h in self.holds.values() if node in h.allocation.nodes]:
-            self._cancel_hold(hold)
+        self.state.take_out(node, drain=False)
         affected = sorted(self.node_jobs[node], key=lambda j: self.jobs[j].seq)
         for job_id in affected:
             self._fail(self.jobs[job_id], now)
@@ -289,7 +253,7 @@ class Scheduler(
         NODE_FAIL) before or without the node being seen down: the same as `node_down` does
         for each job of a failed node — a restart, requeued with what its checkpoint kept,
         demoted only without checkpoints (E3), on a hot spare first when one is held (F2)."""
-        job = self._running(job_id)
+        job = self.state.running_job(job_id)
         self._fail(job, now)
         self._restart_on_spares([job], now)
         return job
@@ -298,90 +262,64 @@ class Scheduler(
         """A running job lost its node: requeue it with only what its checkpoint kept (a job
         without checkpoints is demoted one tier, E3) and count the restart. The caller puts
         it on a hot spare (`_restart_on_spares`) once every failed job is requeued."""
-        self.pending_stops.pop(job.id, None)
+        self.state.forget_stop(job.id)
         demote = (
             self.cfg.demote_after_uncheckpointed_failure
             and not self.checkpoints(job)
             and job.tier < Tier.EXPLORATORY
         )
         job.restarts += 1
-        self._stop(job, now, keep_all=False, demote=demote)
-        self._victim_gone(job.id, now)
+        self.state.stop(job, now, keep_all=False, demote=demote)
+        self.state.victim_gone(job.id, now)
 
     def reserve_spares(self, names: Iterable[str]) -> None:
         """Hold these (wholly free) nodes back as hot spares (F2, see `engine.spares`)."""
         for name in names:
-            node = self.cluster.node(name).index
-            self.spares.reserve(node)
-            self._changed(self.index.node_type[node], freed=False)
+            self.state.reserve_spare(self.cluster.node(name).index)
 
     def node_up(self, name: str, now: float) -> None:
         node = self.cluster.node(name).index
-        if not self.index.down[node]:
-            return
-        self.drained.discard(node)
-        self._dirty = True
-        busy = 0
-        for job_id in self.node_jobs[node]:
-            for n, gpus in self.jobs[job_id].allocation.slots:
-                if n == node:
-                    busy |= gpus_to_mask(gpus)
-        for hold in self.holds.values():
-            for n, mask in hold.held:
-                if n == node:
-                    busy |= mask
-        self.index.set_up(node, busy)
-        self._changed(self.index.node_type[node], freed=True)
-        if not busy:
-            self.spares.refill(node)
+        if self.index.down[node]:
+            self.state.put_back(node)
 
     def drain(self, name: str) -> None:
         """Take a node out of placement without stopping its jobs (a degraded node: what runs
         there goes on, nothing new starts there, and no plan counts on its GPUs coming free).
         `node_up` puts it back in service; `node_down` still stops its jobs."""
         node = self.cluster.node(name).index
-        if self.index.down[node]:
-            return
-        self.spares.lost(node)
-        self.index.set_down(node)
-        self.drained.add(node)
-        self._changed(self.index.node_type[node], freed=False)
-        for hold in [h for h in self.holds.values() if node in h.allocation.nodes]:
-            self._cancel_hold(hold)
+        if not self.index.down[node]:
+            self.state.take_out(node, drain=True)
 
     def restart(self, job_id: str, now: float) -> Job:
         """Stop a running job, losing the work since its last checkpoint, and queue it again
         (a gang restarted without the straggling node it ran on)."""
-        job = self._running(job_id)
-        self.pending_stops.pop(job_id, None)
+        job = self.state.running_job(job_id)
+        self.state.forget_stop(job_id)
         job.restarts += 1
-        self._stop(job, now, keep_all=False)
-        self._victim_gone(job_id, now)
+        self.state.stop(job, now, keep_all=False)
+        self.state.victim_gone(job_id, now)
         return job
 
     def demote(self, job_id: str, tier: Tier, now: float) -> bool:
         """A running job keeps its GPUs at `tier` from now on, a lower priority than it runs
         at (its team's budget ran out mid-run, E1): a victim as any job of that tier, first to
         lose borrowed capacity. Returns whether its tier changed; a tier is never raised."""
-        job = self._running(job_id)
+        job = self.state.running_job(job_id)
         if tier <= job.tier:
             return False
-        t = job.allocation.gpu_type
-        self.quota.add(job.team, t, job.tier, -job.milli_held)
-        del self.running_by_tier[(t, int(job.tier))][job.id]
-        changed = self.team_jobs[(job.team, t)].remove(job)
-        job.tier, job.borrows_at_tier2 = Tier(tier), False
-        self.quota.add(job.team, t, job.tier, job.milli_held)
-        self.running_by_tier[(t, int(job.tier))][job.id] = job
-        changed += self._borrowing(job.team, t).add(job)
-        self._rebalance(job.team, t, changed)
-        # A new victim: preemption searches that failed before may succeed now.
-        self._flips[t] += 1
-        self._changed(t, freed=False)
-        self._dirty = True
-        if self.policy.preemption:
-            self._started_at = now
+        self.state.retier(job, tier, now)
         return True
+
+    def adopt(self, job: Job, allocation: Allocation, started_at: float) -> None:
+        """Mark a queued job running on exactly `allocation` without a Start decision (a live
+        driver that restarts finds it running); refuses GPUs unknown, down or taken."""
+        self.state.adopt(job, allocation, started_at)
+
+    def move_gpus(self, job_id: str, allocation: Allocation) -> bool:
+        """Record that a running job holds other GPU indices on the same nodes than the engine
+        chose (an executor such as Slurm picks them); False, changing nothing, where the books
+        would double-book a GPU."""
+        return self.state.move_gpus(job_id, allocation)
 
     def cycle(self, now: float) -> CycleResult:
         """Decide; the result also carries decisions made since the last cycle by reported
@@ -411,10 +349,11 @@ class Scheduler(
         the last cycle, a policy that is not incremental, or jobs started at an earlier time
         that are victims now that were none then) or only the newcomers, against the
         reservations and blocked types of the last full walk."""
-        new_victims = self._started_at is not None and now > self._started_at
-        full = self._dirty or not self.policy.incremental or new_victims
+        state = self.state
+        new_victims = state.started_at is not None and now > state.started_at
+        full = state.dirty or not self.policy.incremental or new_victims
         if new_victims:
-            self._started_at = None
+            state.started_at = None
         ctx = CycleContext(now=now)
         ctx.view = CycleView(self, ctx)
         self._victims.begin(now)
@@ -430,7 +369,7 @@ class Scheduler(
         startable jobs unexamined: then the next cycle looks at everything."""
         now = ctx.now
         examined = started = 0
-        fresh, self._fresh = self._fresh, []
+        fresh = self.state.take_fresh()
         self.queue.begin_walk()
         try:
             walk = self.policy.ordered(ctx.view, now) if full else self._fresh_order(fresh)
@@ -452,7 +391,7 @@ class Scheduler(
                     started += 1
         finally:
             self.queue.end_walk()
-        self._dirty = (
+        self.state.dirty = (
             ctx.retry
             or examined >= self.cfg.max_examined
             or ctx.attempts >= self.cfg.max_preemption_attempts
@@ -474,7 +413,7 @@ class Scheduler(
         now = ctx.now
         free = self.index.total_free
         whole = sum(self.index.whole_free.values())
-        decisions, self._decisions = self._decisions, []
+        decisions = self.state.take_decisions()
         self._victims.clear()  # what happens until the next cycle need not keep them current
         return CycleResult(
             decisions=decisions,
@@ -505,17 +444,13 @@ class Scheduler(
         if save_s > 0:
             self.notice_stop(job, save_s, reason, for_job)
             return
-        self._decisions.append(Preempt(job.id, 0.0, reason, for_job=for_job))
-        job.preemptions += 1
-        self._stop(job, now, keep_all=self.policy.suspend_saves)
+        self.state.stop_now(job, Preempt(job.id, 0.0, reason, for_job=for_job), now)
 
     def move(self, job: Job, alloc: Allocation, now: float, reason: str) -> None:
         """Stop a running job at once and start it again on `alloc` (engine.migration): a
         `Preempt` with no grace, then a `Start`, the decisions every driver applies."""
-        self._decisions.append(Preempt(job.id, 0.0, reason))
-        job.preemptions += 1
-        self._stop(job, now, keep_all=self.policy.suspend_saves)
-        self._start(job, alloc, now)
+        self.state.stop_now(job, Preempt(job.id, 0.0, reason), now)
+        self.state.start(job, alloc, now)
 
     def notice_stop(
         self, job: Job, grace_s: float, reason: str, for_job: str | None = None
@@ -523,11 +458,9 @@ class Scheduler(
         """Ask a running job to checkpoint and stop within `grace_s` (a tier-2 move, S1; a
         round-based policy's suspension): it keeps all its progress and is queued again when
         the driver reports it stopped."""
-        order = Preempt(job.id, grace_s, reason, for_job=for_job, checkpoint=True)
-        self._decisions.append(order)
-        job.preemptions += 1
-        job.preempting = True
-        self.pending_stops[job.id] = order
+        self.state.give_notice(
+            job, Preempt(job.id, grace_s, reason, for_job=for_job, checkpoint=True)
+        )
 
     @property
     def reservations(self) -> Mapping[str, Reservation]:
@@ -557,7 +490,7 @@ class Scheduler(
         """The running job can gain nothing by moving to `gpu_type` for the rest of its run
         (`migration.never_worth`): drop it from `slower_than` there until it starts again or
         is resized."""
-        del self.slower_than[gpu_type][job.id]
+        self.state.rule_out_move(job, gpu_type)
 
     def _restart_on_spares(self, displaced: list[Job], now: float) -> None:
         """F2: restart jobs a failure displaced at once, tier 1 first, with the hot spares lent
@@ -576,7 +509,7 @@ class Scheduler(
                         continue
                     alloc = self._find(job, t, n)
                     if alloc is not None:
-                        self._start(job, alloc, now)
+                        self.state.start(job, alloc, now)
                         break
         finally:
             self.spares.reclaim()
@@ -588,7 +521,7 @@ class Scheduler(
                 continue
             bigger = grown_allocation(self.index, job, self._watts(job))
             if bigger is not None:
-                self._resize(job, bigger, now, "grown into free capacity")
+                self.state.resize(job, bigger, now, "grown into free capacity")
 
     def _tier1_can_fit(self, spec) -> bool:
         """A tier-1 job must fit in its team's quota plus the unowned pool of some accepted type

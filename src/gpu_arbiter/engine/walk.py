@@ -130,7 +130,7 @@ class Walk:
                 if not self._power_stagger_ok(job, alloc, ctx):
                     continue
                 self._book_spare(res, job, alloc, now)
-                self._start(job, alloc, now)
+                self.state.start(job, alloc, now)
                 return None
         if self.policy.preemption and self._try_preempt(job, types, sizes[-1], now, ctx):
             return None

@@ -18,13 +18,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import chain
 
-from gpu_arbiter.domain import MILLI, Allocation, Job, JobKind, Preempt, Tier
+from gpu_arbiter.domain import Allocation, Job, JobKind, Preempt, Tier
 from gpu_arbiter.engine.capacity import CapacityIndex
 from gpu_arbiter.engine.context import CycleContext
 from gpu_arbiter.engine.placement import Request, gpus_to_mask, place
 from gpu_arbiter.engine.preemption.victims import Option
 from gpu_arbiter.engine.reservations import WHOLE_TYPE
-from gpu_arbiter.engine.sharing import shared_gpu
 
 
 class PreemptionStep:
@@ -260,29 +259,23 @@ class PreemptionStep:
                     f"tier-{int(job.tier)} job {job.id} needs the GPUs"
                 )
             if victim.shrink_to is not None:
-                self._resize(v, victim.shrink_to, now, f"shrunk: {why}")
+                self.state.resize(v, victim.shrink_to, now, f"shrunk: {why}")
                 continue
             grace = self._grace(v, job, now)
             order = Preempt(v.id, grace, why, for_job=job.id, checkpoint=grace > 0)
-            self._decisions.append(order)
-            v.preemptions += 1
             ctx.preempted += 1
             if grace == 0:
-                self._stop(v, now, keep_all=self.policy.suspend_saves)
+                self.state.stop_now(v, order, now)
                 ctx.stopped_at_once = True
             else:
-                v.preempting = True
-                self.pending_stops[v.id] = order
-                self.hold_of[v.id] = job.id
+                self.state.give_notice(v, order, holder=job.id)
                 waiting.add(v.id)
-                if v.spec.gpu_milli < MILLI:
-                    self.shared.close(*shared_gpu(v.allocation))
         alloc = plan.allocation
         self._book_spare(self._reservation_over(job, alloc.gpu_type, ctx), job, alloc, now)
         if waiting:
-            self._hold(job, alloc, waiting)
+            self.state.hold(job, alloc, waiting)
         else:
-            self._start(job, alloc, now)
+            self.state.start(job, alloc, now)
 
 
 @dataclass(slots=True)
