@@ -32,7 +32,8 @@ class Reservation:
 
     def copy(self) -> Reservation:
         """A copy to book on (`fits_before` takes from `extra`): a cycle copies every kept
-        reservation, so this spells the fields out (`dataclasses.replace` is 5x slower)."""
+        reservation, so this spells the fields out rather than go through `dataclasses.replace`'s
+        generic field walk."""
         return Reservation(
             self.job_id, self.gpu_type, self.gpus, self.shadow_time, self.extra, self.node
         )

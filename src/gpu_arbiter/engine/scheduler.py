@@ -278,6 +278,7 @@ class Scheduler(
             self.state.reserve_spare(self.cluster.node(name).index)
 
     def node_up(self, name: str, now: float) -> None:
+        """A node that was down or drained is in service again."""
         node = self.cluster.node(name).index
         if self.index.down[node]:
             self.state.put_back(node)
