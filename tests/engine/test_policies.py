@@ -3,12 +3,16 @@ attained service, Gavel re-plans every round."""
 
 import pytest
 
-from gpu_arbiter.domain import InvalidInput
+from gpu_arbiter.domain import InvalidInput, Team
 from gpu_arbiter.engine import EngineConfig, Scheduler, get_policy
+from gpu_arbiter.engine.context import CycleView
+from gpu_arbiter.engine.policies.arbiter import ArbiterPolicy
 from gpu_arbiter.engine.policies.gavel import ROUND_S
 from gpu_arbiter.engine.policies.tiresias import queue_of
 from tests.conftest import job
 from tests.engine.helpers import cluster, cycle, preempts, starts
+
+TEAMS = [Team("a", quota={"H100": 8}), Team("b")]
 
 
 def one_node():
@@ -117,3 +121,52 @@ def test_gavel_plans_a_job_only_on_a_type_whose_nvlink_domains_fit_its_tp_groups
     sched = Scheduler(c, policy="gavel")
     sched.submit(job("tp", gpus=2, tp_size=2, gpu_types={"H100": 1.0, "A100": 0.87}), 0.0)
     assert starts(cycle(sched, 0.0))["tp"].allocation.gpu_type == "A100"
+
+
+def test_policy_hooks_see_the_cycles_view_never_the_scheduler():
+    """Every hook a cycle calls gets the cycle's `CycleView` (the narrow `SchedulerView`), also
+    those called from deep in the walk and the preemption search, so a policy can reach no
+    private member of the scheduler; its estimates answer for that cycle."""
+    seen: dict[str, set[type]] = {}
+
+    class Watching(ArbiterPolicy):
+        pass
+
+    def watch(name: str):
+        inner = getattr(ArbiterPolicy, name)
+
+        def hook(self, sched, *args):
+            seen.setdefault(name, set()).add(type(sched))
+            return inner(self, sched, *args)
+
+        setattr(Watching, name, hook)
+
+    hooks = (
+        "ordered",
+        "before_cycle",
+        "after_walk",
+        "next_wakeup",
+        "candidate_types",
+        "types_when_hopeless",
+        "may_preempt",
+        "may_have_victims",
+        "victim_min_run",
+        "preempt_key",
+    )
+    for name in hooks:
+        watch(name)
+    c = cluster(
+        {"name": "fast", "nodes": 1, "gpu_type": "H100"},
+        {"name": "slow", "nodes": 1, "gpu_type": "V100"},
+    )
+    sched = Scheduler(c, TEAMS, policy=Watching())
+    both = {"H100": 1.0, "V100": 0.5}
+    for i in range(2):
+        sched.submit(job(f"t3-{i}", team="b", gpus=8, gpu_types=both, walltime_s=1e5), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("core", team="a", tier=1, gpus=8, gpu_types=both, walltime_s=600.0), 10.0)
+    sched.submit(job("late", team="b", gpus=8, gpu_types=both, walltime_s=1e5), 10.0)
+    cycle(sched, 10.0)
+    cycle(sched, 20.0)
+    assert seen.keys() == set(hooks)
+    assert all(types == {CycleView} for types in seen.values()), seen
