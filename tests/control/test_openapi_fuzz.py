@@ -58,8 +58,9 @@ def fuzz_server(tmp_path_factory):
 def published_schema() -> dict:
     """The schema the server publishes, from the same app code without starting it (the
     cases are generated at collection, before any server runs)."""
-    from gpu_arbiter.control.api import build_service, create_app
+    from gpu_arbiter.control.api import build_service
     from gpu_arbiter.control.loop import ServerConfig
+    from gpu_arbiter.server import create_app
 
     config = ServerConfig(state_dir=Path("/nonexistent/arbiter-state"))
     service = build_service("sqlite:///:memory:", config, backend=NoBackend())  # type: ignore[arg-type]

@@ -31,7 +31,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from gpu_arbiter.cli import serve_config
-from gpu_arbiter.control.api import build_service, create_app
+from gpu_arbiter.control.api import build_service
 from gpu_arbiter.control.auth import Principal, bootstrap_admin
 from gpu_arbiter.control.file_modes import make_private
 from gpu_arbiter.control.lease import Lease
@@ -41,6 +41,7 @@ from gpu_arbiter.control.store import database_url
 from gpu_arbiter.domain import InvalidInput
 from gpu_arbiter.reliability import BreakerConfig
 from gpu_arbiter.reliability.stragglers import StragglerConfig
+from gpu_arbiter.server import create_app
 
 
 def register(app: typer.Typer) -> None:

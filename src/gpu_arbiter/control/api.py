@@ -81,7 +81,6 @@ from gpu_arbiter.control.schemas import (
 from gpu_arbiter.control.store import open_database
 from gpu_arbiter.domain import InvalidInput
 from gpu_arbiter.economy import Ledger, PriceTable, team_bills
-from gpu_arbiter.web import dashboard_router
 
 _STATUS = {
     InvalidInput: 422,
@@ -238,8 +237,8 @@ def build_service(
     return Service(db, loop, auth, metrics, backend)
 
 
-def create_app(service: Service, reports_dir: Path | None = None) -> FastAPI:
-    """The REST API plus the dashboard (`web`), which shows bench reports from `reports_dir`."""
+def create_api(service: Service) -> FastAPI:
+    """The REST API; `gpu_arbiter.server` mounts the dashboard beside it."""
     loop, db, auth = service.loop, service.db, service.auth
 
     @asynccontextmanager
@@ -568,7 +567,6 @@ def create_app(service: Service, reports_dir: Path | None = None) -> FastAPI:
         lines = history_ndjson(db, since, loop.cfg.policy)
         return StreamingResponse(lines, media_type="application/x-ndjson")
 
-    app.include_router(dashboard_router(loop, db, auth, reports_dir))
     openapi = app.openapi
     app.openapi = lambda: app.openapi_schema or _errors_are_json(openapi())  # type: ignore[method-assign]
     hot = [r for r in app.routes if getattr(r, "endpoint", None) is submit]
