@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpu_arbiter.control.loop import ServerConfig
+from gpu_arbiter.control.config import ServerConfig
 from gpu_arbiter.domain.presets import large
 from gpu_arbiter.reliability import FailureModel
 from gpu_arbiter.reliability.failures import YEAR_S

@@ -1,5 +1,6 @@
 """The architecture's rules, read from the sources: no import cycle between the packages of
-`gpu_arbiter` (docs: the import rule is the architecture)."""
+`gpu_arbiter` (the import rule is the architecture), and no class in the engine or the control
+plane so large that a reader cannot find one question's answer in it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "gpu_arbiter"
+MAX_CLASS_LINES = 600
 
 
 def _imported(tree: ast.AST, module: tuple[str, ...]) -> set[str]:
@@ -111,3 +113,29 @@ def test_the_check_finds_a_cycle(tmp_path, files, cycle):
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text(text + "\n")
     assert cycles(package_graph(tmp_path)) == ([cycle] if cycle else [])
+
+
+def oversized_classes(root: Path, limit: int) -> list[str]:
+    """Classes under `root` of more than `limit` lines (decorators to the last line), as
+    "path:Class (lines)"."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                lines = (node.end_lineno or node.lineno) - first + 1
+                if lines > limit:
+                    found.append(f"{path.relative_to(root.parent)}:{node.name} ({lines})")
+    return found
+
+
+@pytest.mark.parametrize("package", ["engine", "control"])
+def test_no_class_of_the_engine_or_the_control_plane_is_over_600_lines(package):
+    assert oversized_classes(SRC / package, MAX_CLASS_LINES) == []
+
+
+def test_the_size_check_counts_a_class_from_its_decorator_to_its_end(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(5))
+    (tmp_path / "m.py").write_text(f"@decorated\nclass Big:\n{body}\n\nclass Small:\n    y = 1\n")
+    assert oversized_classes(tmp_path, 6) == [f"{tmp_path.name}/m.py:Big (7)"]
+    assert oversized_classes(tmp_path, 7) == []

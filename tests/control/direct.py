@@ -7,7 +7,9 @@ import time
 
 from gpu_arbiter.backends.base import Placement, Running
 from gpu_arbiter.control.auth import Principal
-from gpu_arbiter.control.loop import ControlLoop, ServerConfig
+from gpu_arbiter.control.config import ServerConfig
+from gpu_arbiter.control.jobrows import job_row
+from gpu_arbiter.control.loop import ControlLoop
 from gpu_arbiter.control.schemas import JobSubmit, NodeRegister, TeamPut
 from gpu_arbiter.domain import JobStopped
 
@@ -65,23 +67,23 @@ def tick(loop: ControlLoop) -> None:
 
 def row(loop: ControlLoop, job_id: str) -> dict:
     with loop._begin() as conn:
-        return loop.job_row(conn, job_id)
+        return job_row(conn, job_id)
 
 
 def submit(loop: ControlLoop, team: str, gpus: int, tier: int, **kw) -> str:
     req = JobSubmit(command="sleep 3600", gpus=gpus, tier=tier, team=team, **kw)
-    row, _ = call(loop, loop.cmd_submit, ADMIN, req, None, "h")
+    row, _ = call(loop, loop.commands.submit, ADMIN, req, None, "h")
     return row["id"]
 
 
 def setup(loop: ControlLoop, budgets: dict[str, float | None], quota: int = 0) -> None:
     """One 8-GPU node; team "a" with `quota` GPUs guaranteed, the others none."""
-    call(loop, loop.cmd_register_node, ADMIN, "n1", NodeRegister(gpu_type="H100", gpus=8))
+    call(loop, loop.commands.register_node, ADMIN, "n1", NodeRegister(gpu_type="H100", gpus=8))
     for team, budget in budgets.items():
         put = TeamPut(budget_per_period=budget, quota={"H100": quota} if team == "a" else {})
-        call(loop, loop.cmd_put_team, ADMIN, team, put)
+        call(loop, loop.commands.put_team, ADMIN, team, put)
     tick(loop)
 
 
 def charges(loop: ControlLoop, job_id: str) -> list:
-    return [e for e in loop.ledger.audit(job_id) if e.kind == "charge"]
+    return [e for e in loop.accounts.ledger.audit(job_id) if e.kind == "charge"]

@@ -44,7 +44,7 @@ def test_a_running_job_is_charged_as_it_runs_and_a_restart_charges_no_second_twi
     tick(loop)  # 120 s after the start
     first = charges(loop, job)
     assert [(e.start, e.end, e.gpu_seconds) for e in first] == [(started, started + 120, 480)]
-    assert loop.spent["a"] == pytest.approx(3.5 * 4 * 120 / 3600)
+    assert loop.accounts.spent["a"] == pytest.approx(3.5 * 4 * 120 / 3600)
 
     advance(loop, 29)
     tick(loop)  # less than a minute since the last charge: nothing yet
@@ -55,9 +55,9 @@ def test_a_running_job_is_charged_as_it_runs_and_a_restart_charges_no_second_twi
 
     # A restart reads what was charged from the ledger: the end charges only the rest.
     loop2 = new_loop(db, tmp_path, executor)
-    assert loop2.sched is not None and job in loop2.sched.running
+    assert loop2.state.sched is not None and job in loop2.state.sched.running
     loop2._last_now = started + 200
-    call(loop2, loop2.cmd_cancel, ADMIN, job)
+    call(loop2, loop2.commands.cancel, ADMIN, job)
     pieces = charges(loop2, job)
     assert [(e.start, e.end) for e in pieces] == [
         (started, started + 120),
@@ -66,8 +66,8 @@ def test_a_running_job_is_charged_as_it_runs_and_a_restart_charges_no_second_twi
     ]
     assert math.fsum(e.gpu_seconds for e in pieces) == pytest.approx(4 * 200)
     assert all(e.reason == "run" for e in pieces)
-    loop2.ledger.check_balanced()
-    assert loop2.spent["a"] == pytest.approx(3.5 * 4 * 200 / 3600)
+    loop2.accounts.ledger.check_balanced()
+    assert loop2.accounts.spent["a"] == pytest.approx(3.5 * 4 * 200 / 3600)
 
 
 def test_a_team_that_spends_its_budget_mid_run_runs_on_at_the_exhausted_tier(db, tmp_path):
@@ -79,15 +79,15 @@ def test_a_team_that_spends_its_budget_mid_run_runs_on_at_the_exhausted_tier(db,
     job = submit(loop, "a", gpus=8, tier=1)
     tick(loop)
     assert job in executor.jobs
-    assert loop.budgets.can_spend("a", loop._last_now)
+    assert loop.accounts.budgets.can_spend("a", loop._last_now)
 
     advance(loop, 1800)
     tick(loop)
-    assert loop.budgets.can_spend("a", loop._last_now) and row(loop, job)["tier"] == 1
+    assert loop.accounts.budgets.can_spend("a", loop._last_now) and row(loop, job)["tier"] == 1
     advance(loop, 1800)
     tick(loop)
-    assert not loop.budgets.can_spend("a", loop._last_now)
-    assert loop.sched is not None and int(loop.sched.jobs[job].tier) == 3
+    assert not loop.accounts.budgets.can_spend("a", loop._last_now)
+    assert loop.state.sched is not None and int(loop.state.sched.jobs[job].tier) == 3
     now = row(loop, job)
     assert now["state"] == "running" and now["tier"] == 3 and "budget" in now["reason"]
     demoted_at = loop._last_now
@@ -103,7 +103,7 @@ def test_a_team_that_spends_its_budget_mid_run_runs_on_at_the_exhausted_tier(db,
     tick(loop)  # ... and once it has, the tier-1 job starts
     assert job not in executor.jobs and other in executor.jobs
     assert row(loop, job)["state"] == "pending"
-    loop.ledger.check_balanced()
+    loop.accounts.ledger.check_balanced()
 
 
 def test_each_running_job_is_charged_a_minute_after_its_last_charge_not_all_at_once(db, tmp_path):
@@ -143,7 +143,7 @@ def test_work_lost_to_a_node_failure_counts_whole_though_part_of_it_was_charged_
     advance(loop, 119)
     tick(loop)  # charged for [start, start + 120)
     loop._last_now = started + 150
-    call(loop, loop.cmd_node_state, ADMIN, "n1", False, "fan")
+    call(loop, loop.commands.node_state, ADMIN, "n1", False, "fan")
     lost = loop.metrics.lost_gpu_hours._value.get()  # no checkpoint: all 150 s are lost
     assert lost == pytest.approx(4 * 150 / 3600)
-    assert loop.spent["a"] == pytest.approx(0.0, abs=1e-9)  # and none of it is paid for
+    assert loop.accounts.spent["a"] == pytest.approx(0.0, abs=1e-9)  # and none of it is paid for

@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from gpu_arbiter.control.auth import Principal
-from gpu_arbiter.control.loop import ControlLoop, ServerConfig, _Command
+from gpu_arbiter.control.config import ServerConfig
+from gpu_arbiter.control.loop import ControlLoop, _Command
 from gpu_arbiter.control.schemas import MAX_ID, TeamPut
 from gpu_arbiter.control.store import open_database
 from tests.control.harness import ADMIN, NoBackend, start_server, wait_for
@@ -90,17 +91,18 @@ def test_a_command_that_fails_in_the_database_fails_alone_not_its_batch(loop):
     (before the API bounded it), and every other client's request in the batch failed with
     it. Now the batch is run again command by command: only the bad one fails."""
     admin = Principal("admin", None, 1)
-    batch = [_Command(loop.cmd_put_team, (admin, f"team{i}", TeamPut()), Future()) for i in (1, 2)]
-    bad = _Command(loop.cmd_revoke_token, (admin, TOO_BIG), Future())
+    put = loop.commands.put_team
+    batch = [_Command(put, (admin, f"team{i}", TeamPut()), Future()) for i in (1, 2)]
+    bad = _Command(loop.commands.revoke_token, (admin, TOO_BIG), Future())
     batch.insert(1, bad)
-    batch.append(_Command(loop.cmd_put_team, (admin, "team3", TeamPut()), Future()))
+    batch.append(_Command(loop.commands.put_team, (admin, "team3", TeamPut()), Future()))
     loop._commands(batch)
     assert bad.future.exception(timeout=0) is not None  # resolved by `_commands` itself
     for cmd in batch:
         if cmd is not bad:
             assert cmd.future.result(timeout=0)["name"].startswith("team")
     loop._load()
-    assert set(loop.teams) == {"team1", "team2", "team3"}
+    assert set(loop.state.teams) == {"team1", "team2", "team3"}
 
 
 @pytest.mark.parametrize(

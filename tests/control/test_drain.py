@@ -36,11 +36,11 @@ def test_a_draining_loop_stops_its_jobs_with_notice_refuses_new_ones_and_says_wh
     done: list[bool] = []
     loop.on_drained = lambda: done.append(True)
 
-    out = call(loop, loop.cmd_drain, ADMIN, None)
+    out = call(loop, loop.commands.drain, ADMIN, None)
     assert sorted(out["stopping"]) == sorted([core, low])
-    assert dict(stops) == {core: 7200.0, low: loop.sched.notice_of_tier(3)}  # their notices
+    assert dict(stops) == {core: 7200.0, low: loop.state.sched.notice_of_tier(3)}  # their notices
     with pytest.raises(Unavailable, match="draining"):
-        call(loop, loop.cmd_submit, ADMIN, JobSubmit(command="x", team="a"), None, "h")
+        call(loop, loop.commands.submit, ADMIN, JobSubmit(command="x", team="a"), None, "h")
     tick(loop)
     assert not done and row(loop, waiting)["state"] == "pending"  # nothing starts meanwhile
     executor.events += [JobStopped(core, 0.0), JobStopped(low, 0.0)]

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from gpu_arbiter.control.loop import ControlLoop, ServerConfig
+from gpu_arbiter.control.config import ServerConfig
+from gpu_arbiter.control.loop import ControlLoop
 from gpu_arbiter.control.store import open_database
 from tests.control.harness import NoBackend
 
@@ -27,7 +28,7 @@ def loop(tmp_path):
 def test_a_loop_without_nodes_waits_a_whole_tick_between_wakeups(loop):
     """With no nodes there is no cycle to run, so a change must not make the loop spin (it did:
     a zero timeout on every wakeup until the first node registered, a whole core busy)."""
-    assert loop.sched is None and loop._changed
+    assert loop.state.sched is None and loop.state.changed
     assert loop._timeout() > 30.0
 
 
@@ -35,7 +36,7 @@ def test_a_rebuild_is_ticked_at_once_but_a_plain_batch_waits_for_the_tick(loop):
     """A batch of commands is not followed by a tick unless one is due; a command that needs
     the engine rebuilt (a node or team change) gets it before the next batch."""
     assert time.time() < loop._next_tick()
-    loop._rebuild = True
+    loop.state.rebuild = True
     assert loop._next_tick() == 0.0 and loop._timeout() == 0.0
 
 

@@ -26,7 +26,7 @@ def test_info_logs_preemptions_failures_node_downs_and_requeues(tmp_path, caplog
     executor.events.append(JobFailed(high, time.time(), 1))
     tick(loop)
     tick(loop)  # the tier-3 job runs again ...
-    call(loop, loop.cmd_node_state, ADMIN, "n1", False, "bad fan")  # ... until the node goes
+    call(loop, loop.commands.node_state, ADMIN, "n1", False, "bad fan")  # ... until the node goes
     said = caplog.text
     assert f"preempt {low} by scheduler" in said
     assert f"failed {high} by scheduler (reason=exited with code 1" in said

@@ -7,7 +7,8 @@ from sqlalchemy import select
 
 from gpu_arbiter.backends.slurm import SlurmBackend, SlurmError
 from gpu_arbiter.cli.serve import register_inventory
-from gpu_arbiter.control.loop import ControlLoop, ServerConfig
+from gpu_arbiter.control.config import ServerConfig
+from gpu_arbiter.control.loop import ControlLoop
 from gpu_arbiter.control.store import TABLES, open_database
 from tests.control.harness import NoBackend
 
@@ -52,15 +53,15 @@ def test_each_node_poll_refreshes_the_heartbeat_of_every_node_slurm_calls_health
     loop.start()
     try:
         register_inventory(loop, slurm)
-        assert set(loop.nodes) == {"node1"}  # node2 does not answer Slurm, login has no GPU
-        first = loop.nodes["node1"]["last_heartbeat"]
+        assert set(loop.state.nodes) == {"node1"}  # node2 does not answer Slurm, login has no GPU
+        first = loop.state.nodes["node1"]["last_heartbeat"]
         loop._last_now = first + 10.0  # the next poll, 10 s later
         register_inventory(loop, slurm)
-        assert loop.nodes["node1"]["last_heartbeat"] >= first + 10.0
+        assert loop.state.nodes["node1"]["last_heartbeat"] >= first + 10.0
         nodes = TABLES["nodes"]
         with db.connect() as conn:  # what `arbiter nodes` reads
             q = select(nodes.c.last_heartbeat).where(nodes.c.name == "node1")
-            assert conn.execute(q).scalar() == loop.nodes["node1"]["last_heartbeat"]
+            assert conn.execute(q).scalar() == loop.state.nodes["node1"]["last_heartbeat"]
     finally:
         loop.stop()
         db.dispose()

@@ -11,9 +11,10 @@ import pytest
 from sqlalchemy import select, text
 
 from gpu_arbiter.control.auth import Principal
-from gpu_arbiter.control.loop import AUDIT, JOBS, ControlLoop, ServerConfig, _Command
+from gpu_arbiter.control.config import ServerConfig
+from gpu_arbiter.control.loop import ControlLoop, _Command
 from gpu_arbiter.control.schemas import JobSubmit, NodeRegister, TeamPut
-from gpu_arbiter.control.store import insert_rows, open_database
+from gpu_arbiter.control.store import AUDIT, JOBS, insert_rows, open_database
 from gpu_arbiter.domain import InvalidInput
 from tests.control.harness import NoBackend, database
 
@@ -49,11 +50,10 @@ def _loop(engine, tmp_path) -> ControlLoop:
     loop = ControlLoop(engine, NoBackend(), ServerConfig(state_dir=tmp_path))  # type: ignore[arg-type]
     loop._load()
     admin = Principal("admin", None, 0)
-    loop._transaction(
-        lambda tx: loop.cmd_register_node(tx, admin, "n1", NodeRegister(gpu_type="H100", gpus=8))
-    )
+    node = NodeRegister(gpu_type="H100", gpus=8)
+    loop._transaction(lambda tx: loop.commands.register_node(tx, admin, "n1", node))
     loop._transaction(loop._tick)
-    loop._transaction(lambda tx: loop.cmd_put_team(tx, admin, "t", TeamPut(quota={"H100": 4})))
+    loop._transaction(lambda tx: loop.commands.put_team(tx, admin, "t", TeamPut(quota={"H100": 4})))
     loop._transaction(loop._tick)
     return loop
 
@@ -61,7 +61,7 @@ def _loop(engine, tmp_path) -> ControlLoop:
 def _submit(loop: ControlLoop, key: str, gpus: int = 1) -> _Command:
     req = JobSubmit(command=f"run {key}", gpus=gpus, tier=1 + gpus % 3)
     who = Principal("team", "t", 1)
-    return _Command(loop.cmd_submit, (who, req, key, f"hash-{key}-{gpus}"), Future())
+    return _Command(loop.commands.submit, (who, req, key, f"hash-{key}-{gpus}"), Future())
 
 
 def test_a_batch_of_submissions_is_written_once_each(engine, tmp_path):

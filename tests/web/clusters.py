@@ -30,7 +30,8 @@ def big_cluster(racks: int = 40, nodes_per_rack: int = 32, gpus: int = 8) -> Sna
 
 
 def loop_over(nodes: int, jobs: list[JobSpec], racks: int = 1) -> SimpleNamespace:
-    """What `snapshot.copy` reads of a ControlLoop, around a real engine."""
+    """What `snapshot.copy` reads of a ControlLoop (its `state` and `accounts`), around a real
+    engine."""
     cluster = Cluster.build(
         "t",
         [Node(f"n{i}", "H100", 8, f"r{i % racks}") for i in range(nodes)],
@@ -41,16 +42,13 @@ def loop_over(nodes: int, jobs: list[JobSpec], racks: int = 1) -> SimpleNamespac
     for spec in jobs:
         sched.submit(spec, 0.0)
     sched.cycle(1.0)
-    return SimpleNamespace(
-        sched=sched,
-        nodes={"n1": {"state": "cordoned", "reason": "swap"}},
-        live={},
-        segs={},
-        teams=teams,
-        budgets=Budgets(Ledger(), {}),
-        burn={},
-        charges=ChargeModel(),
+    state = SimpleNamespace(
+        sched=sched, nodes={"n1": {"state": "cordoned", "reason": "swap"}}, live={}, teams=teams
     )
+    accounts = SimpleNamespace(
+        segs={}, budgets=Budgets(Ledger(), {}), burn={}, charges=ChargeModel()
+    )
+    return SimpleNamespace(state=state, accounts=accounts)
 
 
 def spec(id: str, team: str, tier: int, gpus: int) -> JobSpec:

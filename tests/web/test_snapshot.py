@@ -9,7 +9,7 @@ from tests.web.clusters import loop_over, spec, ten_thousand_gpu_loop
 
 def test_snapshot_has_the_engines_free_gpus_holdings_and_queue():
     loop = loop_over(2, [spec("j1", "a", 1, 8), spec("j2", "b", 3, 4), spec("j3", "b", 3, 8)])
-    loop.sched.node_down("n1", 1.0)  # j2 ran there and is queued again
+    loop.state.sched.node_down("n1", 1.0)  # j2 ran there and is queued again
     snap = snapshot.take(loop, 2.0)
     nodes = {n.name: n for n in snap.nodes}
     assert nodes["n1"].state == "cordoned" and nodes["n1"].reason == "swap"
@@ -27,7 +27,7 @@ def test_a_ten_thousand_gpu_engine_is_copied_whole():
     loop = ten_thousand_gpu_loop()
     snap = snapshot.build(snapshot.copy(loop, 2.0))
     assert sum(n.gpus for n in snap.nodes) == 10_240
-    assert len(snap.pending) + len(loop.sched.running) == 2000
+    assert len(snap.pending) + len(loop.state.sched.running) == 2000
 
 
 def test_a_tier1_job_beyond_its_teams_quota_and_what_is_left_of_the_pool_says_quota():
@@ -50,15 +50,15 @@ def test_open_segments_count_only_what_the_loop_has_not_charged_yet():
     only the rest to what the ledger says, or it counts those seconds twice."""
     from types import SimpleNamespace
 
-    from gpu_arbiter.control.loop import _Segment
+    from gpu_arbiter.control.accounting import Segment
 
     loop = loop_over(1, [spec("j1", "a", 1, 8)])
-    job = loop.sched.jobs["j1"].spec
-    loop.live = {"j1": SimpleNamespace(spec=job)}
-    loop.segs = {"j1": _Segment(0.0, "H100", 8, 1, False, billed_to=3600.0)}
+    job = loop.state.sched.jobs["j1"].spec
+    loop.state.live = {"j1": SimpleNamespace(spec=job)}
+    loop.accounts.segs = {"j1": Segment(0.0, "H100", 8, 1, False, billed_to=3600.0)}
     snap = snapshot.take(loop, 5400.0)
     seg = snap.segments["j1"]
-    rate = loop.charges.rate(job, "H100", 1, 8, False)
+    rate = loop.accounts.charges.rate(job, "H100", 1, 8, False)
     assert seg.start == 3600.0 and seg.credits(0.0, 5400.0) == rate / 2
     team_a = next(t for t in snap.teams if t.name == "a")
     assert team_a.accrued_credits == rate / 2 and team_a.accrued_gpu_seconds == 8 * 1800

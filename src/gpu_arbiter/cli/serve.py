@@ -33,9 +33,10 @@ import typer
 from gpu_arbiter.cli import serve_config
 from gpu_arbiter.control.api import build_service
 from gpu_arbiter.control.auth import Principal, bootstrap_admin
+from gpu_arbiter.control.config import ServerConfig
 from gpu_arbiter.control.file_modes import make_private
 from gpu_arbiter.control.lease import Lease
-from gpu_arbiter.control.loop import ControlLoop, ServerConfig
+from gpu_arbiter.control.loop import ControlLoop
 from gpu_arbiter.control.schemas import NodeRegister
 from gpu_arbiter.control.store import database_url
 from gpu_arbiter.domain import InvalidInput
@@ -385,4 +386,4 @@ def register_inventory(loop: ControlLoop, executor: Any) -> None:
     for n in executor.inventory():
         if not n.faulty:
             req = NodeRegister(gpu_type=n.gpu_type, gpus=n.gpus, rack=n.rack)
-            loop.call(loop.cmd_register_node, agent, n.name, req).result()
+            loop.call(loop.commands.register_node, agent, n.name, req).result()

@@ -48,21 +48,11 @@ from gpu_arbiter.control.auth import (
     TooManyFailures,
     Unauthorized,
 )
+from gpu_arbiter.control.config import ServerConfig
 from gpu_arbiter.control.errors import Conflict, NotFound, Unavailable
 from gpu_arbiter.control.history import history_ndjson
-from gpu_arbiter.control.loop import (
-    AUDIT,
-    JOBS,
-    LEDGER,
-    NODES,
-    SETTINGS,
-    TEAMS,
-    TELEMETRY,
-    TOKENS,
-    ControlLoop,
-    ServerConfig,
-    job_view,
-)
+from gpu_arbiter.control.jobrows import job_view
+from gpu_arbiter.control.loop import ControlLoop
 from gpu_arbiter.control.metrics import Metrics
 from gpu_arbiter.control.schemas import (
     MAX_ID,
@@ -78,7 +68,17 @@ from gpu_arbiter.control.schemas import (
     Telemetry,
     TokenCreate,
 )
-from gpu_arbiter.control.store import open_database
+from gpu_arbiter.control.store import (
+    AUDIT,
+    JOBS,
+    LEDGER,
+    NODES,
+    SETTINGS,
+    TEAMS,
+    TELEMETRY,
+    TOKENS,
+    open_database,
+)
 from gpu_arbiter.domain import InvalidInput
 from gpu_arbiter.economy import Ledger, PriceTable, team_bills
 
@@ -274,7 +274,7 @@ def create_api(service: Service) -> FastAPI:
 
     @app.get("/healthz", tags=["service"])
     def healthz() -> dict[str, Any]:
-        return {"ok": True, "nodes": len(loop.nodes), "active_jobs": len(loop.live)}
+        return {"ok": True, "nodes": len(loop.state.nodes), "active_jobs": len(loop.state.live)}
 
     @app.get(
         "/metrics",
@@ -332,7 +332,7 @@ def create_api(service: Service) -> FastAPI:
             ) from None
         body = req.model_dump(mode="json", exclude={"client_key"})
         digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-        row, created = await loop.run(loop.cmd_submit, p, req, key, digest)
+        row, created = await loop.run(loop.commands.submit, p, req, key, digest)
         return JSONResponse(job_view(row), status_code=201 if created else 200)
 
     @app.get("/v1/jobs", tags=["jobs"])
@@ -372,11 +372,11 @@ def create_api(service: Service) -> FastAPI:
 
     @app.post("/v1/jobs/{job_id}/cancel", tags=["jobs"])
     async def cancel_job(job_id: JobId, p: Who) -> dict[str, Any]:
-        return job_view(await loop.run(loop.cmd_cancel, p, job_id))
+        return job_view(await loop.run(loop.commands.cancel, p, job_id))
 
     @app.delete("/v1/jobs/{job_id}", tags=["jobs"])
     async def delete_job(job_id: JobId, p: Who) -> dict[str, Any]:
-        return job_view(await loop.run(loop.cmd_cancel, p, job_id))
+        return job_view(await loop.run(loop.commands.cancel, p, job_id))
 
     @app.get("/v1/jobs/{job_id}/log", tags=["jobs"], response_class=PlainTextResponse)
     def job_log(
@@ -402,7 +402,7 @@ def create_api(service: Service) -> FastAPI:
         if not (token.startswith("job_") and loop.check_job_token(job_id, token)):
             p = await _who(request)
             await run_in_threadpool(visible, p, job_id)
-        return await loop.run(loop.cmd_telemetry, job_id, data)
+        return await loop.run(loop.commands.telemetry, job_id, data)
 
     @app.get("/v1/jobs/{job_id}/telemetry", tags=["telemetry"])
     def telemetry(
@@ -431,26 +431,26 @@ def create_api(service: Service) -> FastAPI:
     @app.put("/v1/nodes/{name}", tags=["nodes"])
     async def register_node(name: NodeName, req: NodeRegister, p: NodeWho) -> dict[str, Any]:
         """Register a node's GPUs (agent or admin); registering again is a heartbeat."""
-        return await loop.run(loop.cmd_register_node, p, name, req)
+        return await loop.run(loop.commands.register_node, p, name, req)
 
     @app.post("/v1/nodes/{name}/heartbeat", tags=["nodes"])
     async def heartbeat(name: NodeName, hb: Heartbeat, p: NodeWho) -> dict[str, Any]:
-        return await loop.run(loop.cmd_heartbeat, p, name, hb)
+        return await loop.run(loop.commands.heartbeat, p, name, hb)
 
     @app.post("/v1/nodes/{name}/cordon", tags=["nodes"])
     async def cordon(name: NodeName, p: Who, body: NodeAction | None = None) -> dict[str, Any]:
         reason = body.reason if body else ""
-        return await loop.run(loop.cmd_node_state, p, name, False, reason)
+        return await loop.run(loop.commands.node_state, p, name, False, reason)
 
     @app.post("/v1/nodes/{name}/uncordon", tags=["nodes"])
     async def uncordon(name: NodeName, p: Who) -> dict[str, Any]:
-        return await loop.run(loop.cmd_node_state, p, name, True, "")
+        return await loop.run(loop.commands.node_state, p, name, True, "")
 
     @app.post("/v1/drain", tags=["server"])
     async def drain(p: Who, body: Drain | None = None) -> dict[str, Any]:
         """Stop the server for good (admin): every running job is stopped with its tier's
         notice and queued again, no job starts, and the server exits once none runs."""
-        return await loop.run(loop.cmd_drain, p, body.grace_s if body else None)
+        return await loop.run(loop.commands.drain, p, body.grace_s if body else None)
 
     # -- teams, quotas, tokens, prices -----------------------------------------------------
 
@@ -463,8 +463,8 @@ def create_api(service: Service) -> FastAPI:
             {
                 **dict(r),
                 "gpus_used": used.get(r["name"], {}),
-                "burn_rate": loop.burn.get(r["name"], 0.0),
-                "credits_spent": loop.spent.get(r["name"], 0.0),
+                "burn_rate": loop.accounts.burn.get(r["name"], 0.0),
+                "credits_spent": loop.accounts.spent.get(r["name"], 0.0),
             }
             for r in rows
             if p.role == "admin" or p.team == r["name"]
@@ -474,12 +474,12 @@ def create_api(service: Service) -> FastAPI:
     async def put_team(name: TeamName, req: TeamPut, p: Who) -> dict[str, Any]:
         """Create or change a team: weight, guaranteed quota per GPU type, budget, the unix
         user its jobs run as (admin)."""
-        return await loop.run(loop.cmd_put_team, p, name, req)
+        return await loop.run(loop.commands.put_team, p, name, req)
 
     @app.delete("/v1/teams/{name}", tags=["teams"])
     async def delete_team(name: TeamName, p: Who) -> dict[str, Any]:
         """Delete a team with no active jobs (admin); its tokens are revoked, its ledger kept."""
-        return await loop.run(loop.cmd_delete_team, p, name)
+        return await loop.run(loop.commands.delete_team, p, name)
 
     @app.get("/v1/quotas", tags=["teams"])
     def quotas(p: Who) -> dict[str, dict[str, int]]:
@@ -488,7 +488,7 @@ def create_api(service: Service) -> FastAPI:
     @app.post("/v1/tokens", tags=["tokens"], status_code=201)
     async def create_token(req: TokenCreate, p: Who) -> dict[str, Any]:
         """A new token; its value is shown only in this answer (admin)."""
-        return await loop.run(loop.cmd_create_token, p, req.role, req.team, req.label)
+        return await loop.run(loop.commands.create_token, p, req.role, req.team, req.label)
 
     @app.get("/v1/tokens", tags=["tokens"])
     def tokens(p: Who) -> list[dict[str, Any]]:
@@ -502,7 +502,7 @@ def create_api(service: Service) -> FastAPI:
     async def revoke_token(
         token_id: Annotated[int, InPath(ge=1, le=MAX_ID)], p: Who
     ) -> dict[str, Any]:
-        return await loop.run(loop.cmd_revoke_token, p, token_id)
+        return await loop.run(loop.commands.revoke_token, p, token_id)
 
     @app.get("/v1/prices", tags=["economy"])
     def prices(p: Who) -> dict[str, Any]:
@@ -513,7 +513,7 @@ def create_api(service: Service) -> FastAPI:
     @app.put("/v1/prices", tags=["economy"])
     async def put_prices(body: dict[str, Any], p: Who) -> dict[str, Any]:
         """Replace the price table (admin); fields as in the price table YAML."""
-        return await loop.run(loop.cmd_put_prices, p, body)
+        return await loop.run(loop.commands.put_prices, p, body)
 
     # -- ledger, bills, audit --------------------------------------------------------------
 
@@ -545,7 +545,7 @@ def create_api(service: Service) -> FastAPI:
             ).first()
         book = Ledger.from_lines(json.dumps(r.entry) for r in rows)
         table = PriceTable.from_dict(price_row.value) if price_row else PriceTable()
-        bills = team_bills(book, prices=table, burn_rates=dict(loop.burn))
+        bills = team_bills(book, prices=table, burn_rates=dict(loop.accounts.burn))
         return [b.to_dict() for b in bills if p.role == "admin" or b.team == p.team]
 
     @app.get("/v1/audit", tags=["service"])

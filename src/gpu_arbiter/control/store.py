@@ -6,7 +6,8 @@ every start, so anything committed here survives a `kill -9`.
 
 SQLite runs in WAL mode with `synchronous=FULL`, so a commit is on disk before the API answers,
 and readers (the API's list and show endpoints) never block the single writer (the control
-loop). Only the control loop writes; see `loop.py`.
+loop). Only the control loop writes; see `loop.py`. The tables' handles (`JOBS`, ...) are
+here, for the loop that writes them and the API and dashboard that read them.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from sqlalchemy import (
     literal_column,
     select,
 )
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -219,6 +221,30 @@ def open_database(db: str) -> Engine:
 
 
 TABLES = Base.metadata.tables
+JOBS, TEAMS, NODES, TOKENS = TABLES["jobs"], TABLES["teams"], TABLES["nodes"], TABLES["tokens"]
+LEDGER, AUDIT, TELEMETRY, SETTINGS = (
+    TABLES["ledger"],
+    TABLES["audit"],
+    TABLES["telemetry"],
+    TABLES["settings"],
+)
+
+
+def setting(conn: Connection, key: str) -> dict[str, Any] | None:
+    """A document the server keeps under `key` (`SettingRow`), or None."""
+    return conn.execute(select(SETTINGS.c.value).where(SETTINGS.c.key == key)).scalar()
+
+
+def put_setting(conn: Connection, key: str, value: dict[str, Any]) -> None:
+    """Keep `value` under `key`, added or replaced in one statement (an upsert, which both
+    SQLite and PostgreSQL express as INSERT ... ON CONFLICT DO UPDATE)."""
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    stmt = dialect.insert(SETTINGS).values(key=key, value=value)
+    conn.execute(
+        stmt.on_conflict_do_update(
+            index_elements=[SETTINGS.c.key], set_={"value": stmt.excluded["value"]}
+        )
+    )
 
 
 def insert_rows(conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> None:

@@ -4,7 +4,7 @@ Every report of a running job goes through the same breakers the simulator runs
 (`reliability.CircuitBreakers`, under each team's policy) and, when it carries a rank's step
 time, through the job's straggler watch (`reliability.GangWatch`). This module only keeps
 that state per job and turns an API report into the samples they take; what a trip or a
-straggler does to the job, the node and the team is the loop's (`loop.py`).
+straggler does to the job, the node and the team is `apply.py`'s.
 
 The state lives in memory. After a restart or a rebuild the loop replays the stored reports of
 each running job's current run (`replay`), so a window that was filling up (an I/O stall, a

@@ -30,16 +30,9 @@ from starlette.concurrency import run_in_threadpool
 
 from gpu_arbiter.control.auth import Authenticator
 from gpu_arbiter.control.errors import NotFound, Unavailable
-from gpu_arbiter.control.loop import (
-    AUDIT,
-    JOBS,
-    LEDGER,
-    NODES,
-    SETTINGS,
-    TELEMETRY,
-    ControlLoop,
-    job_view,
-)
+from gpu_arbiter.control.jobrows import job_view
+from gpu_arbiter.control.loop import ControlLoop
+from gpu_arbiter.control.store import AUDIT, JOBS, LEDGER, NODES, SETTINGS, TELEMETRY
 from gpu_arbiter.domain import MILLI
 from gpu_arbiter.metrics import Segment
 from gpu_arbiter.web import jobs, reports, snapshot

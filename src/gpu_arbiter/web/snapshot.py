@@ -134,7 +134,7 @@ def copy(loop: ControlLoop, now: float) -> Copied:
     """Copy what the dashboard needs; call only on the loop thread (see the module docstring)."""
     segments = _open_segments(loop)
     teams = _teams(loop, now, segments)
-    sched = loop.sched
+    sched = loop.state.sched
     if sched is None:
         return Copied(now, teams, segments)
     index = sched.index
@@ -147,7 +147,7 @@ def copy(loop: ControlLoop, now: float) -> Copied:
     pending = []
     for job in [*sched.queue.jobs(), *(h.job for h in sched.holds.values())]:
         types = tuple(sched.types_by_speed(job))
-        live = loop.live.get(job.id)
+        live = loop.state.live.get(job.id)
         submitted = live.submitted_at if live is not None else job.spec.submit_s
         pending.append((job.spec, int(job.tier), job.queued_since, types, why[job.id], submitted))
     return Copied(
@@ -159,7 +159,7 @@ def copy(loop: ControlLoop, now: float) -> Copied:
         down=list(index.down),
         out_of_service={
             name: (row["state"], row.get("reason", ""))
-            for name, row in loop.nodes.items()
+            for name, row in loop.state.nodes.items()
             if row["state"] != "up"
         },
         running=running,
@@ -231,11 +231,11 @@ def _open_segments(loop: ControlLoop) -> dict[str, OpenSegment]:
     """Each running job's segment as far as it is not charged yet, priced as its charge will
     be; what the loop already charged is in the ledger."""
     out = {}
-    for job_id, seg in loop.segs.items():
-        live = loop.live.get(job_id)
+    for job_id, seg in loop.accounts.segs.items():
+        live = loop.state.live.get(job_id)
         if live is None:
             continue
-        rate = loop.charges.rate(
+        rate = loop.accounts.charges.rate(
             live.spec, seg.gpu_type, seg.tier, seg.gpus, is_preemptible(seg.tier, seg.borrowed)
         )
         out[job_id] = OpenSegment(
@@ -247,8 +247,8 @@ def _open_segments(loop: ControlLoop) -> dict[str, OpenSegment]:
 def _teams(
     loop: ControlLoop, now: float, segments: dict[str, OpenSegment]
 ) -> tuple[TeamState, ...]:
-    sched = loop.sched
-    budgets = loop.budgets
+    sched = loop.state.sched
+    budgets = loop.accounts.budgets
     start = budgets.period_start(budgets.period_index(now))
     out = []
     accrued: dict[str, list[float]] = {}
@@ -256,7 +256,7 @@ def _teams(
         acc = accrued.setdefault(seg.team, [0.0, 0.0])
         acc[0] += seg.credits(start, now)
         acc[1] += seg.gpus * max(0.0, now - max(seg.start, start))
-    for name, team in sorted(loop.teams.items()):
+    for name, team in sorted(loop.state.teams.items()):
         used: dict[str, float] = {}  # GPUs, a fractional job (S11) counted at its share
         if sched is not None:
             for (t_name, gpu_type), book in sched.team_jobs.items():
@@ -272,7 +272,7 @@ def _teams(
                 used=used,
                 budget=team.budget_per_period,
                 remaining=None if math.isinf(remaining) else remaining,
-                burn_rate=loop.burn.get(name, 0.0),
+                burn_rate=loop.accounts.burn.get(name, 0.0),
                 period_start=start,
                 accrued_credits=accrued.get(name, [0.0, 0.0])[0],
                 accrued_gpu_seconds=accrued.get(name, [0.0, 0.0])[1],

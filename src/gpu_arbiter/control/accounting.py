@@ -1,0 +1,258 @@
+"""What running jobs cost as they run: the run segment each job is in, the charges posted for
+it (at its end, and every `accrue_s` while it runs), the ledger's write-out, each team's spend,
+and the gauges /metrics shows.
+
+Separate from the loop because it is the one place that turns GPU-seconds into ledger entries:
+a start, a requeue, an end, a demotion or a restart each open or close a segment here, and the
+ledger is the only record of what was charged, so a restart never charges a second twice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.engine import Connection
+
+from gpu_arbiter.control.jobrows import LiveJob
+from gpu_arbiter.control.metrics import Metrics
+from gpu_arbiter.control.state import LoopState
+from gpu_arbiter.control.store import LEDGER, insert_rows, setting
+from gpu_arbiter.domain import JobSpec, Team
+from gpu_arbiter.economy import (
+    CHARGE,
+    FAILURE_ABSORBED,
+    RUN,
+    Budgets,
+    ChargeModel,
+    Entry,
+    Ledger,
+    PriceTable,
+    is_preemptible,
+)
+from gpu_arbiter.economy.chargeback import LOST_WORK, RERUN
+
+
+@dataclass(slots=True)
+class Segment:
+    """The run segment a job is in: what it holds since when, and up to when it was charged
+    while it ran (`billed_to`, from the ledger after a restart)."""
+
+    start: float
+    gpu_type: str
+    gpus: int
+    tier: int
+    borrowed: bool
+    billed_to: float
+
+
+class Accounts:
+    """The loop's books: the ledger and how much of it is in the database (`persisted`), the
+    price table (`charges`), budgets, spend and burn rate per team, and the open segments."""
+
+    def __init__(self, metrics: Metrics, accrue_s: float) -> None:
+        self.metrics = metrics
+        self.accrue_s = accrue_s
+        self.ledger = Ledger()
+        self.persisted = 0
+        self.spent: dict[str, float] = {}
+        self.burn: dict[str, float] = {}
+        self.charges = ChargeModel()
+        self.budgets = Budgets(self.ledger, {})
+        self.segs: dict[str, Segment] = {}
+        self.last_accrual = 0.0
+        self.last_budget_check = 0.0
+
+    def load(self, conn: Connection) -> None:
+        """The price table and the whole ledger from the database; spend recounted."""
+        prices = setting(conn, "prices")
+        self.charges = ChargeModel(PriceTable.from_dict(prices) if prices else PriceTable())
+        rows = conn.execute(select(LEDGER.c.entry).order_by(LEDGER.c.seq)).all()
+        self.ledger = Ledger.from_lines(json.dumps(r.entry) for r in rows)
+        self.persisted = len(self.ledger)
+        self.spent = {}
+        for e in self.ledger.entries():
+            self._count_spend(e)
+
+    def set_teams(self, teams: Iterable[Team]) -> None:
+        self.budgets = Budgets.for_teams(self.ledger, teams)
+
+    # -- run segments ----------------------------------------------------------------------
+
+    def open(
+        self, job_id: str, now: float, gpu_type: str, gpus: int, tier: int, borrowed: bool
+    ) -> None:
+        """The job holds `gpus` GPUs of `gpu_type` from now on, charged at `tier`."""
+        self.segs[job_id] = Segment(now, gpu_type, gpus, tier, borrowed, now)
+
+    def reopen(self, job_id: str, row: Mapping[str, Any]) -> None:
+        """A running job's segment from its row after a restart, charged up to where the
+        ledger says it was."""
+        accrued = self.accrued(job_id, row["seg_start"])
+        self.segs[job_id] = Segment(
+            row["seg_start"],
+            row["seg_gpu_type"],
+            row["seg_gpus"],
+            row["seg_tier"],
+            row["seg_borrowed"],
+            accrued[-1].end if accrued else row["seg_start"],
+        )
+
+    def close(
+        self,
+        job_id: str,
+        spec: JobSpec | None,
+        keeps_checkpoints: bool | None,
+        now: float,
+        lost_from: float | None = None,
+        at: float | None = None,
+    ) -> float:
+        """Charge what is left of the job's run segment up to `at` (never past now nor before
+        the segment began): the seconds since it was last charged (`accrue`), or less when
+        the accrued charges went too far. Returns the end used. `spec` is None for a job the
+        loop no longer keeps: nothing is charged then."""
+        end = now if at is None else min(at, now)
+        seg = self.segs.pop(job_id, None)
+        if seg is None or spec is None:
+            return end
+        end = max(end, seg.start)
+        self.charges.close_segment(
+            self.ledger,
+            spec,
+            self.accrued(job_id, seg.start),
+            gpu_type=seg.gpu_type,
+            tier=seg.tier,
+            gpus=seg.gpus,
+            start=seg.start,
+            end=end,
+            preemptible=is_preemptible(seg.tier, seg.borrowed),
+            lost_from=lost_from,
+            keeps_checkpoints=keeps_checkpoints,
+        )
+        return end
+
+    def lost_from(self, job_id: str, last_checkpoint_at: float | None) -> float | None:
+        """Where a failure's lost work begins: the job's last checkpoint in its current run
+        segment, else the segment's start (F2)."""
+        seg = self.segs.get(job_id)
+        lost_from = last_checkpoint_at
+        if seg is not None and (lost_from is None or lost_from < seg.start):
+            lost_from = seg.start
+        return lost_from
+
+    def accrued(self, job_id: str, seg_start: float) -> list[Entry]:
+        """The charges posted for the job's run segment that began at `seg_start` while it
+        ran; the ledger is their only record, so a restart never charges their seconds twice.
+        (Charges of earlier segments all begin before it.)"""
+        return [
+            e
+            for e in self.ledger.audit(job_id)
+            if e.kind == CHARGE and e.reason == RUN and e.start is not None and e.start >= seg_start
+        ]
+
+    def accrue(self, now: float, live: Mapping[str, LiveJob]) -> bool:
+        """Charge each running job for the seconds it held its GPUs once `accrue_s` have passed
+        since it was last charged (E5): spend, burn and budgets see running work, not only runs
+        that ended. Each job falls due a minute after its own start, so the charges of many
+        running jobs spread over the minute instead of stalling one tick (10,000 charges cost
+        the loop about half a second). Returns whether budgets are due a check (every
+        `accrue_s`): a team whose budget is spent then has its running jobs run as its budget
+        allows (`Applier.exhausted`)."""
+        due = now - self.accrue_s
+        for job_id, seg in self.segs.items():
+            job = live.get(job_id)
+            if job is None or seg.billed_to > due or now <= seg.billed_to:
+                continue
+            self.charges.charge_segment(
+                self.ledger,
+                job.spec,
+                gpu_type=seg.gpu_type,
+                tier=seg.tier,
+                gpus=seg.gpus,
+                start=seg.billed_to,
+                end=now,
+                preemptible=is_preemptible(seg.tier, seg.borrowed),
+            )
+            seg.billed_to = now
+        self.last_accrual = now
+        if now - self.last_budget_check >= self.accrue_s:
+            self.last_budget_check = now
+            return True
+        return False
+
+    # -- the ledger in the database --------------------------------------------------------
+
+    def flush(self, conn: Connection) -> None:
+        """Write the ledger's new entries, in the transaction that made them."""
+        new = self.ledger.entries(since=self.persisted)
+        if not new:
+            return
+        insert_rows(
+            conn,
+            LEDGER,
+            [
+                {
+                    "seq": e.seq,
+                    "kind": e.kind,
+                    "team": e.team,
+                    "job_id": e.job_id,
+                    "at": e.at,
+                    "credits": e.credits,
+                    "entry": e.to_json(),
+                }
+                for e in new
+            ],
+        )
+        self.persisted += len(new)
+        for e in new:
+            self._count_spend(e)
+
+    def _count_spend(self, e: Any) -> None:
+        if e.kind == "charge":
+            self.spent[e.team] = self.spent.get(e.team, 0.0) + e.credits
+            if e.reason in (LOST_WORK, RERUN):
+                self.metrics.lost_gpu_hours.inc(e.gpu_seconds / 3600)
+        elif e.kind == "refund":
+            self.spent[e.team] = self.spent.get(e.team, 0.0) - e.credits
+            if e.reason == FAILURE_ABSORBED and e.start is not None:
+                # Lost seconds charged as they ran (`accrue`), given back when the run failed.
+                charge = next(c for c in self.ledger.audit(e.job_id) if c.seq == e.refund_of)
+                self.metrics.lost_gpu_hours.inc(charge.gpus * (e.end - e.start) / 3600)
+
+
+def observe(st: LoopState, accounts: Accounts, metrics: Metrics, last_cycle: Any) -> None:
+    """Set the gauges /metrics shows from the engine, the nodes and the books (about once a
+    second); `last_cycle` is the latest cycle's result, or None before the first."""
+    m = metrics
+    sched = st.sched
+    if sched is None:
+        return
+    total = sched.cluster.total_gpus
+    down = sum(sched.cluster.nodes[i].gpus for i, d in enumerate(sched.index.down) if d)
+    busy = sum(j.gpus_held for j in sched.running.values())
+    free = sched.index.total_free
+    m.gpus.labels("total").set(total)
+    m.gpus.labels("busy").set(busy)
+    m.gpus.labels("free").set(free)
+    m.gpus.labels("down").set(down)
+    m.utilisation.set(busy / (total - down) if total > down else 0.0)
+    if last_cycle is not None:
+        m.fragmentation.set(last_cycle.fragmentation)
+        m.stranded.set(last_cycle.stranded_gpus)
+    counts: dict[tuple[str, str], float] = {}
+    for job_id in st.live:
+        job = sched.jobs.get(job_id)
+        if job is not None:
+            key = (job.state.value, str(int(job.tier)))
+            counts[key] = counts.get(key, 0) + 1
+    m.set_labelled(m.jobs, counts)
+    states: dict[tuple[str], float] = {}
+    for n in st.nodes.values():
+        states[(n["state"],)] = states.get((n["state"],), 0) + 1
+    m.set_labelled(m.nodes, states)
+    accounts.burn = accounts.charges.burn_rates(sched.running.values())
+    m.set_labelled(m.burn, {(t,): v for t, v in accounts.burn.items()})
+    m.set_labelled(m.spent, {(t,): v for t, v in accounts.spent.items()})
