@@ -14,7 +14,14 @@ from gpu_arbiter.control.auth import Principal
 from gpu_arbiter.control.config import ServerConfig
 from gpu_arbiter.control.loop import ControlLoop, _Command
 from gpu_arbiter.control.schemas import JobSubmit, NodeRegister, TeamPut
-from gpu_arbiter.control.store import AUDIT, JOBS, insert_rows, open_database
+from gpu_arbiter.control.store import (
+    AUDIT,
+    JOBS,
+    insert_rows,
+    open_database,
+    put_setting,
+    setting,
+)
 from gpu_arbiter.domain import InvalidInput
 from tests.control.harness import NoBackend, database
 
@@ -43,6 +50,18 @@ def test_insert_rows_keeps_every_value_and_the_order(engine):
     with engine.connect() as conn:
         stored = conn.execute(select(AUDIT).order_by(AUDIT.c.id)).mappings().all()
     assert [{k: r[k] for k in rows[0]} for r in stored] == rows
+
+
+def test_a_setting_is_added_then_replaced_in_place(engine):
+    with engine.begin() as conn:
+        assert setting(conn, "prices") is None
+        put_setting(conn, "prices", {"currency": "EUR", "on_demand": {"1": 3.0}})
+    with engine.begin() as conn:
+        put_setting(conn, "prices", {"currency": "USD"})
+        put_setting(conn, "other", {"x": [1, None]})
+    with engine.connect() as conn:
+        assert setting(conn, "prices") == {"currency": "USD"}
+        assert setting(conn, "other") == {"x": [1, None]}
 
 
 def _loop(engine, tmp_path) -> ControlLoop:
