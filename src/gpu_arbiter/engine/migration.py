@@ -30,9 +30,9 @@ not moved (the walk just chose its type). The move must respect the backfill
 reservation of the type it moves to (it must end before the reserved start or fit in the
 reservation's spare GPUs), so it never delays a blocked higher-priority job.
 
-The step is pure: `plan_moves` only reads the scheduler; `SchedulerView.move` carries a move out as
-a `Preempt` (grace 0) followed by a `Start` on the new allocation, the decisions both drivers
-already apply.
+`plan_and_move` only reads the scheduler to choose the moves; `SchedulerView.move` carries a
+move out as a `Preempt` (grace 0) followed by a `Start` on the new allocation, the decisions
+both drivers already apply.
 """
 
 from __future__ import annotations

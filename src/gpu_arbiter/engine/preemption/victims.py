@@ -137,8 +137,8 @@ class VictimLists:
         are all of `tier` and none started in this very cycle. Stopped at once with more than
         `EngineConfig.shared_stop_max_unsaved_s` of unsaved work, they save first where
         `save_over` lets them (a tier-1 preemptor, `_save_over`), else they are no option.
-        While they save the GPU is closed to newcomers (`_execute`). Freeing a whole GPU is what
-        a preemptor needs; one of its jobs alone frees nothing."""
+        While they save the GPU is closed to newcomers (`EngineState.give_notice`). Freeing a
+        whole GPU is what a preemptor needs; one of its jobs alone frees nothing."""
         sharers = self._sharers(node, gpu)
         if any(int(v.tier) != tier or v.started_at == now for v in sharers):
             return None
