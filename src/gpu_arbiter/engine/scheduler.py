@@ -14,7 +14,11 @@ place -> preempt -> reserve), `engine.memo` (blocked and hopeless stamps),
 `engine.reservations` (backfill reservations), `engine.preemption` (who may be a victim, in
 what order, with what notice, which plan wins) and `engine.waiting` (why a pending job waits,
 `why_pending`). They read the state and change it only through `EngineState`; the cycle's
-context (`engine.context`) is passed to them explicitly.
+context (`engine.context`) is passed to them explicitly. The steps are mixins, not objects,
+because they call one another at every level of one job's try (the walk asks the memo, the
+preemption plan asks eligibility, victims, notices and reservations, each asks `admissible`,
+`est_runtime`, `types_by_speed`): as objects each would reach back through the facade for the
+same names, on the path every pending job takes each cycle.
 """
 
 from __future__ import annotations
