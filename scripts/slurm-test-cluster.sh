@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A single-host Slurm for Arbiter's backend tests: NODES fake nodes x 8 fake H100 on this host.
 #
-#   scripts/slurm-test-cluster.sh [start]   # idempotent: starts what is not running, waits for idle
+#   scripts/slurm-test-cluster.sh [start]   # idempotent: starts what is not running, applies a
+#                                           # changed config, waits for idle
 #   scripts/slurm-test-cluster.sh stop      # stops the Slurm daemons (and munged if we started it)
 #   scripts/slurm-test-cluster.sh env       # prints `export SLURM_CONF=...` for a shell
 #
@@ -59,6 +60,9 @@ ReturnToService=2
 MpiDefault=none
 KillWait=30
 MinJobAge=300
+# A node whose slurmd is lost goes down within about half a minute instead of the default 300 s,
+# so the lost-slurmd test is short; a slurmd that answers never comes near it.
+SlurmdTimeout=10
 SlurmdParameters=config_overrides
 NodeName=node[1-$NODES] NodeHostname=$HOST NodeAddr=127.0.0.1 Port=[17001-$((17000 + NODES))] CPUs=8 RealMemory=16000 Gres=gpu:h100:8 State=UNKNOWN
 PartitionName=gpu Nodes=node[1-$NODES] Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
@@ -67,7 +71,13 @@ CONF
 AutoDetect=off
 NodeName=node[1-$NODES] Name=gpu Type=h100 File=$DIR/dev/nvidia[0-7]
 GRES
-    mv "$tmp" "$CONF"
+    # A daemon already running reads a changed config only when told to.
+    if [[ -f $CONF ]] && ! cmp -s "$tmp" "$CONF" && alive "$DIR/slurmctld.pid"; then
+        mv "$tmp" "$CONF"
+        scontrol reconfigure || log "scontrol reconfigure failed"
+    else
+        mv "$tmp" "$CONF"
+    fi
 }
 
 start_munge() {

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -311,3 +312,51 @@ def test_serve_fails_a_slurm_job_whose_program_is_missing_on_its_node_and_charge
     assert charged, ledger
     (bill,) = [b for b in c.get("/v1/bill").json() if b["team"] == "launch"]
     assert bill["credits_spent"] == pytest.approx(sum(e["credits"] for e in charged)), bill
+
+
+def test_serve_requeues_a_job_whose_slurmd_is_lost_and_it_finishes_on_the_other_node(
+    slurm_conf, tmp_path, slurm_serve
+):
+    config = _slurm(slurm_conf, "scontrol", "show", "config")
+    timeout = int(re.search(r"SlurmdTimeout\s*=\s*(\d+)", config)[1])
+    if timeout > 30:
+        pytest.skip(f"the test Slurm's SlurmdTimeout is {timeout} s: too long to wait for")
+    c = _serve(tmp_path, slurm_serve)
+    c.put("/v1/teams/research", json={"quota": {"H100": 16}}).raise_for_status()
+    # Its second run finds what the first left in its working directory, and ends.
+    command = "test -e resumed && exit 0; touch resumed; echo started; sleep 300"
+    body = {"team": "research", "command": command, "gpus": 8, "tier": 1}
+    job_id = c.post("/v1/jobs", json=body).json()["id"]
+    job = wait_for(lambda: (j := _job(c, job_id))["state"] == "running" and j)
+    (node,) = job["allocation"]["nodes"]
+    log = _files(tmp_path / "state") / f"{job_id}.log"
+    wait_for(lambda: log.exists() and "started" in log.read_text())
+    c.post(f"/v1/jobs/{job_id}/telemetry", json={"event": "checkpoint", "step": 10})
+    pidfile = Path(slurm_conf).parents[1] / f"slurmd-{node}.pid"
+    try:
+        os.kill(int(pidfile.read_text()), signal.SIGKILL)  # the node's slurmd is lost
+        job = wait_for(
+            lambda: (j := _job(c, job_id))["state"] == "completed" and j, timeout_s=timeout * 6
+        )
+    finally:
+        env = {**os.environ, "SLURM_TEST_NODES": "2", "SLURM_CONF": slurm_conf}
+        script = Path(__file__).resolve().parents[2] / "scripts" / "slurm-test-cluster.sh"
+        subprocess.run([str(script), "start"], env=env, capture_output=True, timeout=120)
+        _resume(slurm_conf, node)
+    assert job["restarts"] == 1 and job["tier"] == 1, job  # not the job's fault: not demoted
+    starts = [
+        a["detail"]["allocation"]
+        for a in c.get("/v1/audit", params={"limit": 1000}).json()
+        if a["action"] == "start" and a["subject"] == job_id
+    ]
+    assert len(starts) == 2 and node not in starts[1], starts
+    requeue = [
+        a["detail"]["reason"]
+        for a in c.get("/v1/audit", params={"limit": 1000}).json()
+        if a["action"] == "requeue" and a["subject"] == job_id
+    ]
+    assert requeue and node in requeue[0], requeue
+    ledger = [
+        e for e in c.get("/v1/ledger", params={"limit": 1000}).json() if e.get("job_id") == job_id
+    ]
+    assert [e["reason"] for e in ledger if e["reason"] in ("lost-work", "rerun")] == ["lost-work"]
