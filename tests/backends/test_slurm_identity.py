@@ -88,6 +88,26 @@ def test_a_teams_job_runs_as_its_user_under_its_account_with_its_shape(
             b.stop(job_id, 0.0)
 
 
+def test_a_slurm_job_gets_its_users_environment_and_none_of_the_servers(
+    slurm_conf, team_user, jobs_dir, monkeypatch
+):
+    monkeypatch.setenv("ARBITER_ADMIN_TOKEN", "the-servers-secret")  # in serve's environment
+    b = SlurmBackend(jobs_dir, partition="gpu", poll_interval_s=0.2, slurm_conf=slurm_conf)
+    try:
+        placement = Placement(
+            "id2", "env", {"node1": (2,)}, "H100", env={"OWN": "mine"}, team="t", run_as=USER
+        )
+        b.start(placement)
+        _wait(b, lambda ev: _of(ev, JobFinished, "id2"))
+        lines = b.log_path("id2").read_text().splitlines()
+        env = dict(line.split("=", 1) for line in lines if "=" in line)
+    finally:
+        for job_id in list(b._jobs):
+            b.stop(job_id, 0.0)
+    assert "the-servers-secret" not in env.values()
+    assert (env["HOME"], env["USER"], env["OWN"]) == (team_user.pw_dir, USER, "mine"), env
+
+
 def test_jobs_arbiter_did_not_submit_in_its_partition_are_a_warning_or_a_refusal(
     slurm_conf, tmp_path, caplog
 ):

@@ -252,6 +252,7 @@ class SlurmBackend:
             out = self._run(
                 ["sbatch", "--parsable", *self._sbatch_args(placement, owner)],
                 stdin=self._script(placement, owner is not None),
+                env=self._submit_env(owner),
             )
         except SlurmError as e:
             if e.transient:
@@ -428,6 +429,23 @@ class SlurmBackend:
         for path in (f(p.job_id) for f in job_files):
             path.touch(mode=0o600)
             os.chown(path, owner.pw_uid, owner.pw_gid)
+
+    def _submit_env(self, owner: pwd.struct_passwd | None) -> dict[str, str]:
+        """sbatch's environment, which Slurm hands on to the job (`--export=ALL`, its default):
+        as on the local backend, the host's PATH and LANG and the job user's HOME, USER and
+        LOGNAME, never the server's own variables (ARBITER_ADMIN_TOKEN, database URLs, cloud
+        credentials). SLURM_CONF stays: it names the Slurm to submit to."""
+        user = owner or pwd.getpwuid(os.geteuid())
+        env = {
+            "PATH": self._env.get("PATH") or os.defpath,
+            "LANG": self._env.get("LANG") or "C.UTF-8",
+            "HOME": user.pw_dir,
+            "USER": user.pw_name,
+            "LOGNAME": user.pw_name,
+        }
+        if "SLURM_CONF" in self._env:
+            env["SLURM_CONF"] = self._env["SLURM_CONF"]
+        return env
 
     def _sbatch_args(self, p: Placement, owner: pwd.struct_passwd | None = None) -> list[str]:
         """sbatch's arguments for `p`, submitted as `owner` (None: Arbiter's own user)."""
@@ -706,14 +724,16 @@ class SlurmBackend:
         except SlurmError as e:
             log.warning("scancel %s failed: %s", slurm_id, e)
 
-    def _run(self, argv: list[str], stdin: str | None = None) -> str:
+    def _run(
+        self, argv: list[str], stdin: str | None = None, env: dict[str, str] | None = None
+    ) -> str:
         try:
             res = subprocess.run(
                 argv,
                 input=stdin,
                 capture_output=True,
                 text=True,
-                env=self._env,
+                env=self._env if env is None else env,
                 timeout=self.timeout_s,
                 check=False,
             )
