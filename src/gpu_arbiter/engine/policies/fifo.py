@@ -1,8 +1,10 @@
 """First come, first served: strict submission order, head-of-line blocking, no preemption,
 spread placement (the naive default of many clusters). A lower bound to compare against."""
 
+from collections.abc import Iterator
+
 from gpu_arbiter.domain import Job
-from gpu_arbiter.engine.policy import Backfill, Heterogeneity, Placement, Policy
+from gpu_arbiter.engine.policy import Backfill, Heterogeneity, Placement, Policy, SchedulerView
 
 
 class FifoPolicy(Policy):
@@ -19,5 +21,5 @@ class FifoPolicy(Policy):
     def group_key(self, job: Job) -> int:
         return 0
 
-    def ordered(self, sched, now):
+    def ordered(self, sched: SchedulerView, now: float) -> Iterator[Job]:
         return sched.queue.in_group_order()

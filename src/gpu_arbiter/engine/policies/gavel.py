@@ -33,10 +33,12 @@ Gavel ignores tiers and teams.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from gpu_arbiter.domain import Job, JobState
-from gpu_arbiter.engine.policy import Backfill, Heterogeneity, Policy
+from gpu_arbiter.engine.policy import Backfill, Heterogeneity, Policy, SchedulerView
 
 ROUND_S = 360.0
 RESET_INTERVAL_S = 1920.0  # Gavel's `minimum_time_between_allocation_resets`
@@ -74,7 +76,7 @@ class GavelPolicy(Policy):
     def group_key(self, job: Job) -> int:
         return 0
 
-    def before_cycle(self, sched, now: float) -> None:
+    def before_cycle(self, sched: SchedulerView, now: float) -> None:
         if now < self.next_round and not all(j.state in _ENDED for j in self.round):
             return
         self._account(now)
@@ -111,7 +113,7 @@ class GavelPolicy(Policy):
             if job.id in self.received:
                 self.received[job.id][t] += ran
 
-    def _sync(self, sched) -> list[Job]:
+    def _sync(self, sched: SchedulerView) -> list[Job]:
         """The active jobs, by arrival; jobs that arrived start with half a round received on
         every type, and jobs that left are forgotten: either makes the allocation stale."""
         active = sorted(
@@ -134,7 +136,9 @@ class GavelPolicy(Policy):
                 self.stale = True
         return active
 
-    def _reset(self, sched, active: list[Job], capacity: dict[str, int], now: float) -> None:
+    def _reset(
+        self, sched: SchedulerView, active: list[Job], capacity: dict[str, int], now: float
+    ) -> None:
         """Keep what each job lacked of its allocation as deficit, start a new period and
         solve the LP over the active jobs."""
         elapsed = now - self.last_reset
@@ -170,7 +174,7 @@ class GavelPolicy(Policy):
         self.last_reset = now
         self.stale = False
 
-    def _choose(self, sched, active: list[Job], capacity: dict[str, int]) -> None:
+    def _choose(self, sched: SchedulerView, active: list[Job], capacity: dict[str, int]) -> None:
         """This round's jobs and types: each type, fastest first, from its priority list."""
         entries = []
         for t in sorted(capacity, key=lambda t: -sched.cluster.gpu_types[t].speed):
@@ -195,18 +199,18 @@ class GavelPolicy(Policy):
         chosen = [j for j in active if j.id in self.plan]
         self.round = sorted(chosen, key=lambda j: -j.spec.gpus)
 
-    def _priority(self, sched, job: Job, t: str, share: float) -> float:
+    def _priority(self, sched: SchedulerView, job: Job, t: str, share: float) -> float:
         if share <= 0 or t not in sched.types_by_speed(job):
             return 0.0
         total = self.type_time.get(t, 0.0)
         fraction = self.received[job.id][t] / total if total > 0 else 0.0
         return share / fraction if fraction > 0 else share * 1e9
 
-    def ordered(self, sched, now):
+    def ordered(self, sched: SchedulerView, now: float) -> Iterator[Job]:
         """This round's jobs that wait to start, largest first; nobody else."""
         return (j for j in self.round if j.state == JobState.PENDING)
 
-    def candidate_types(self, sched, job: Job) -> list[str]:
+    def candidate_types(self, sched: SchedulerView, job: Job) -> list[str]:
         """The chosen type; then, for a job with no room there (power, topology: Arbiter's
         nodes are no Gavel workers), the types it runs on whose free GPUs outnumber what the
         round's other waiting jobs were chosen to take there."""
@@ -222,13 +226,13 @@ class GavelPolicy(Policy):
         free = sched.index.type_free
         return [planned] + [t for t, n in wanted.items() if t != planned and free[t] >= n]
 
-    def next_wakeup(self, sched, now: float) -> float | None:
+    def next_wakeup(self, sched: SchedulerView, now: float) -> float | None:
         if not len(sched.queue) and not sched.running:
             return None
         return self.next_round if self.next_round > now else now + self.round_s
 
 
-def _capacity(sched) -> dict[str, int]:
+def _capacity(sched: SchedulerView) -> dict[str, int]:
     """GPUs of each type on nodes that are up."""
     left = dict(sched.index.type_total)
     for node, is_down in enumerate(sched.index.down):

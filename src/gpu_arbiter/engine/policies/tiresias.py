@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Iterator
 
 from gpu_arbiter.domain import Job
-from gpu_arbiter.engine.policy import Backfill, Heterogeneity, Policy
+from gpu_arbiter.engine.policy import Backfill, Heterogeneity, Policy, SchedulerView
 
 # Queue thresholds in GPU-seconds: < 1 GPU-hour, < 10 GPU-hours, the rest.
 THRESHOLDS = (3600.0, 36_000.0)
@@ -37,19 +38,21 @@ class TiresiasPolicy(Policy):
     def group_key(self, job: Job) -> int:
         return queue_of(job)
 
-    def ordered(self, sched, now):
+    def ordered(self, sched: SchedulerView, now: float) -> Iterator[Job]:
         return sched.queue.in_group_order()
 
-    def may_preempt(self, sched, job: Job, victim: Job, within_quota: bool) -> bool:
+    def may_preempt(self, sched: SchedulerView, job: Job, victim: Job, within_quota: bool) -> bool:
         return queue_of(victim) > queue_of(job)
 
     def victim_tiers(self, job: Job, within_quota: bool) -> tuple[int, ...]:
         return (3, 2, 1)
 
-    def may_have_victims(self, sched, job: Job, gpu_type: str, within_quota: bool) -> bool:
+    def may_have_victims(
+        self, sched: SchedulerView, job: Job, gpu_type: str, within_quota: bool
+    ) -> bool:
         return bool(sched.running_by_type[gpu_type])
 
-    def next_wakeup(self, sched, now: float) -> float | None:
+    def next_wakeup(self, sched: SchedulerView, now: float) -> float | None:
         """The next time a running job crosses a queue threshold, if anyone is waiting."""
         if not len(sched.queue):
             return None
