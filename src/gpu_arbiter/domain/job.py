@@ -219,8 +219,8 @@ class Job:
     # stops.
     borrows_at_tier2: bool = False
     seq: int = 0
-    # The accepted types of the scheduler's cluster it can run on, fastest first (set by
-    # `Scheduler.types_by_speed`, which every step of a cycle asks).
+    # The accepted types of the scheduler's cluster it can run on, fastest first: set when the
+    # scheduler queues the job (`TypeFit.types_by_speed`), and read by every step of a cycle.
     types: list[str] | None = field(default=None, repr=False, compare=False)
     # The spec's, copied: read on every step of every cycle, and a property costs a call.
     id: str = field(init=False)

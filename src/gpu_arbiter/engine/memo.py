@@ -92,7 +92,7 @@ class Stamps:
             return None  # may fit on a GPU already shared
         free = self.index.type_free
         wake = []
-        for t in self.types_by_speed(job):
+        for t in job.types:
             if free[t] >= n:
                 return None
             starts = None
@@ -141,14 +141,13 @@ class Stamps:
                 return False
         return True
 
-    def _blocked_stamp(self, job: Job, now: float, types: list[str]) -> tuple:
+    def _blocked_stamp(self, job: Job, now: float) -> tuple:
         """Everything a failed `_try_start` of the job looked at that can change without time
-        passing: its tier and, per accepted type (`types`, from `types_by_speed`) and the types
-        sharing its racks' power, every start, stop, resize, hold, fault and repair; jobs
-        started at `now` count once `now` has passed (they are no victims in their first
-        cycle)."""
+        passing: its tier and, per accepted type (and the types sharing its racks' power), every
+        start, stop, resize, hold, fault and repair; jobs started at `now` count once `now` has
+        passed (they are no victims in their first cycle)."""
         stamp: list = [int(job.tier)]
-        for t in types:
+        for t in job.types:
             stamp.append((self._near_epoch[t], self._starts_at(t, now)))
         return tuple(stamp)
 
@@ -160,7 +159,7 @@ class Stamps:
         remembered. It still counts as blocked on its types, and a type without a reservation
         yet gets its reservation from a full look or, for a hopeless job, on the one type its
         full look would reserve (`_failed`), from here: its try would fail the same way."""
-        types = self.types_by_speed(job)
+        types = job.types
         reservations = ctx.reservations
         unreserved = self._reserves and not all(map(reservations.__contains__, types))
         if stamp[0] == HOPELESS:
@@ -175,7 +174,7 @@ class Stamps:
                     return False
                 if tried[0] not in reservations:
                     reservations[tried[0]] = self._reservation_for(job, tried[0], n, now)
-        elif unreserved or self._blocked_stamp(job, now, types) != stamp:
+        elif unreserved or self._blocked_stamp(job, now) != stamp:
             return False
         else:
             n = start_sizes(job.spec, self.policy.elastic)[-1]  # the smallest a try asks for

@@ -180,6 +180,7 @@ class Scheduler(
             updated_at=now,
             seq=self._seq,
         )
+        job.types = self.fit.types_by_speed(job)  # read directly on every step of the walk
         self.jobs[spec.id] = job
         self.state.enqueue(job)
         return job
@@ -520,6 +521,8 @@ class Scheduler(
             self.spares.reclaim()
 
     def _grow(self, now: float, blocked_types: set[str]) -> None:
+        if not self.index.total_free:
+            return  # nothing to grow into (the elastic jobs need not be sorted)
         for job in sorted(self.elastic_running.values(), key=lambda j: (j.tier, j.seq)):
             t = job.allocation.gpu_type
             if t in blocked_types or job.id in self.pending_stops or not self.index.type_free[t]:

@@ -75,9 +75,9 @@ class Walk:
         (`Policy.may_preempt`) and tier 1's queueing target (`engine.typechoice`). So it is
         never worse off than a tier-2 job of its team, also while other teams' tier-1 jobs
         fill the pool."""
-        if job.tier != Tier.CORE or not self.cfg.tier1_borrows_at_tier2:
-            return False
-        return not all(self.admissible(job, t, n) for t in self.types_by_speed(job))
+        if job.tier != Tier.CORE or not self.policy.quotas or not self.cfg.tier1_borrows_at_tier2:
+            return False  # (without quotas every type is `admissible`)
+        return not all(self.admissible(job, t, n) for t in job.types)
 
     def _attempt(self, job: Job, now: float, ctx: CycleContext) -> tuple | None:
         """One try at the job's current tier: None if it started (or preempted for a start),
@@ -92,7 +92,7 @@ class Walk:
             if types is not None:
                 return types, sizes[-1], hopeless
         types = self._candidate_types(job, ctx)
-        if len(types) < len(self.types_by_speed(job)):
+        if len(types) < len(job.types):
             ctx.timely = True  # the policy held some types back, for now (engine.typechoice)
         if hopeless is not None:
             return types, sizes[-1], hopeless
@@ -159,9 +159,7 @@ class Walk:
             if t not in ctx.reservations:
                 ctx.reservations[t] = self._reservation_for(job, t, n, now)
         if self.policy.incremental and not ctx.timely:
-            self._blocked[job.id] = hopeless or self._blocked_stamp(
-                job, now, self.types_by_speed(job)
-            )
+            self._blocked[job.id] = hopeless or self._blocked_stamp(job, now)
 
     def _note_blocked(self, types: list[str], n: int, ctx: CycleContext) -> None:
         """A job wanting `n` GPUs is blocked on these types: they count as stranded where
