@@ -14,7 +14,7 @@ import logging
 import time
 from typing import Any
 
-from sqlalchemy import func, update
+from sqlalchemy import func
 
 from gpu_arbiter.backends.base import Backend, Placement
 from gpu_arbiter.control.accounting import Accounts
@@ -23,7 +23,7 @@ from gpu_arbiter.control.jobrows import LiveJob, allocation_of, ended, requeued,
 from gpu_arbiter.control.metrics import Metrics
 from gpu_arbiter.control.notify import Webhooks
 from gpu_arbiter.control.state import IN_SERVICE, SCHEDULER, LoopState, Tx
-from gpu_arbiter.control.store import JOBS, NODES
+from gpu_arbiter.control.store import JOBS, set_node
 from gpu_arbiter.domain import Allocation, JobFinished, JobStopped, Preempt, Resize, Start
 from gpu_arbiter.domain.events import (
     JobFailed,
@@ -359,7 +359,7 @@ class Applier:
 
     def _set_node(self, tx: Tx, name: str, **values: Any) -> None:
         self.st.nodes[name].update(values)
-        tx.conn.execute(update(NODES).where(NODES.c.name == name).values(**values))
+        set_node(tx.conn, name, **values)
 
     # -- what telemetry and budgets bring about --------------------------------------------
 

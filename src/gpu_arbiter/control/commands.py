@@ -32,7 +32,15 @@ from gpu_arbiter.control.jobrows import (
 from gpu_arbiter.control.metrics import Metrics
 from gpu_arbiter.control.schemas import Heartbeat, JobSubmit, NodeRegister, TeamPut, Telemetry
 from gpu_arbiter.control.state import LoopState, Tx
-from gpu_arbiter.control.store import JOBS, NODES, TEAMS, TELEMETRY, TOKENS, put_setting
+from gpu_arbiter.control.store import (
+    JOBS,
+    NODES,
+    TEAMS,
+    TELEMETRY,
+    TOKENS,
+    put_setting,
+    set_node,
+)
 from gpu_arbiter.domain import GPU_CATALOG, InvalidInput, Node, Team
 from gpu_arbiter.domain.team import check_quotas
 from gpu_arbiter.economy import ChargeModel, PriceTable
@@ -334,7 +342,7 @@ class Commands:
             tx.audit(who.actor, "node-register", name, **spec)
             st.rebuild = True
         elif {k: old[k] for k in spec} != spec:
-            tx.conn.execute(update(NODES).where(NODES.c.name == name).values(**spec))
+            set_node(tx.conn, name, **spec)
             old.update(spec)
             tx.audit(who.actor, "node-change", name, **spec)
             st.rebuild = True
@@ -342,7 +350,7 @@ class Commands:
             # Registering again is a sign of life: on Slurm and Kubernetes the executor's node
             # poll does it for every healthy node, and it is their only heartbeat.
             old["last_heartbeat"] = tx.now
-            tx.conn.execute(update(NODES).where(NODES.c.name == name).values(last_heartbeat=tx.now))
+            set_node(tx.conn, name, last_heartbeat=tx.now)
         st.monitor.heartbeat(name, tx.now)
         if st.nodes[name]["state"] == "down" and "missed heartbeats" in st.nodes[name]["reason"]:
             self.apply.node_up(tx, name, who.actor)
@@ -363,9 +371,7 @@ class Commands:
         if node["state"] == "down" and "missed heartbeats" in node["reason"]:
             self.apply.node_up(tx, name, who.actor)
         node.update(last_heartbeat=tx.now, health=health)
-        tx.conn.execute(
-            update(NODES).where(NODES.c.name == name).values(last_heartbeat=tx.now, health=health)
-        )
+        set_node(tx.conn, name, last_heartbeat=tx.now, health=health)
         return {"name": name, "state": node["state"]}
 
     def node_state(

@@ -37,6 +37,7 @@ from sqlalchemy import (
     insert,
     literal_column,
     select,
+    update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
@@ -228,6 +229,12 @@ LEDGER, AUDIT, TELEMETRY, SETTINGS = (
     TABLES["telemetry"],
     TABLES["settings"],
 )
+
+
+def set_node(conn: Connection, name: str, **values: Any) -> None:
+    """Change columns of one node's row: the one way a node's row changes after it is
+    registered, whoever changes it (a command, a health verdict, a decision)."""
+    conn.execute(update(NODES).where(NODES.c.name == name).values(**values))
 
 
 def setting(conn: Connection, key: str) -> dict[str, Any] | None:
