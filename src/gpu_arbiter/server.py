@@ -12,7 +12,8 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
-from gpu_arbiter.control.api import Service, create_api
+from gpu_arbiter.control.api.app import create_api
+from gpu_arbiter.control.service import Service
 from gpu_arbiter.web import dashboard_router
 
 

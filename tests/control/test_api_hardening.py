@@ -192,6 +192,9 @@ def test_every_error_answers_in_the_shape_the_schema_documents(live):
     assert refused.status_code == 422 and refused.json()["errors"] == []
     wrong = live.admin.patch("/v1/jobs")
     assert wrong.status_code == 405 and isinstance(wrong.json()["detail"], str)
+    # Allow lists every method the path takes, whichever router holds the route.
+    assert wrong.headers["allow"] == "GET, POST"
+    assert live.admin.post("/").headers["allow"] == "GET"  # the dashboard's
 
 
 @pytest.fixture(scope="module")

@@ -58,8 +58,8 @@ def fuzz_server(tmp_path_factory):
 def published_schema() -> dict:
     """The schema the server publishes, from the same app code without starting it (the
     cases are generated at collection, before any server runs)."""
-    from gpu_arbiter.control.api import build_service
     from gpu_arbiter.control.config import ServerConfig
+    from gpu_arbiter.control.service import build_service
     from gpu_arbiter.server import create_app
 
     config = ServerConfig(state_dir=Path("/nonexistent/arbiter-state"))

@@ -31,13 +31,13 @@ from typing import Annotated, Any, Literal
 import typer
 
 from gpu_arbiter.cli import serve_config
-from gpu_arbiter.control.api import build_service
 from gpu_arbiter.control.auth import Principal, bootstrap_admin
 from gpu_arbiter.control.config import ServerConfig
 from gpu_arbiter.control.file_modes import make_private
 from gpu_arbiter.control.lease import Lease
 from gpu_arbiter.control.loop import ControlLoop
 from gpu_arbiter.control.schemas import NodeRegister
+from gpu_arbiter.control.service import build_service
 from gpu_arbiter.control.store import database_url
 from gpu_arbiter.domain import InvalidInput
 from gpu_arbiter.reliability import BreakerConfig

@@ -1,4 +1,4 @@
-"""Errors of the control plane that map to one HTTP status each (see `api.py`)."""
+"""Errors of the control plane that map to one HTTP status each (see `api/problems.py`)."""
 
 from gpu_arbiter.domain import ArbiterError
 
