@@ -86,6 +86,13 @@ def test_a_job_whose_node_is_set_down_is_lost_not_failed_though_the_node_returns
     assert "NODE_FAIL" in _of(events, JobLost, "f1")[0].reason
 
 
+def _deaf(beat) -> str:
+    """A job that ignores SIGTERM and writes the time to `beat` every 0.1 s (written aside and
+    renamed, so a kill mid-write never leaves the file empty)."""
+    tick = f"date +%s.%N > {beat}.tmp; mv {beat}.tmp {beat}"
+    return f"trap '' TERM; echo started; while :; do {tick}; sleep 0.1; done"
+
+
 def test_a_job_ignoring_its_notice_is_killed_at_its_deadline_not_killwait_later(
     backend, slurm_conf, tmp_path
 ):
@@ -95,7 +102,7 @@ def test_a_job_ignoring_its_notice_is_killed_at_its_deadline_not_killwait_later(
     grace = 5.0
     assert killwait >= 30 > grace  # the case that made a 60 s grace 90 s
     beat = tmp_path / "beat"  # the job's last sign of life
-    command = f"trap '' TERM; echo started; while :; do date +%s.%N > {beat}; sleep 0.1; done"
+    command = _deaf(beat)
     backend.poll_interval_s = 2.0  # as serve polls: most polls only check deadlines
     backend.start(Placement("f2", command, {"node2": (0,)}, "H100"))
     _log(backend, "f2", "started")
@@ -111,7 +118,7 @@ def test_a_backend_restarted_within_a_grace_still_kills_the_job_at_its_deadline(
 ):
     grace = 4.0
     beat = tmp_path / "beat"
-    command = f"trap '' TERM; echo started; while :; do date +%s.%N > {beat}; sleep 0.1; done"
+    command = _deaf(beat)
     backend.start(Placement("f6", command, {"node2": (1,)}, "H100"))
     _log(backend, "f6", "started")
     noticed = time.time()

@@ -118,7 +118,9 @@ def test_the_grafana_dashboard_only_uses_metrics_the_server_exports():
 def test_a_job_ignoring_its_notice_is_killed_at_its_deadline(tmp_path):
     b = LocalBackend(tmp_path / "jobs", min_grace_s=0.5, allow_root=True)
     beat = tmp_path / "beat"  # the job's last sign of life
-    b.start(placement("deaf", f"trap '' TERM; while :; do date +%s.%N > {beat}; sleep 0.1; done"))
+    # Written aside and renamed, so a kill mid-write never leaves the file empty.
+    tick = f"date +%s.%N > {beat}.tmp; mv {beat}.tmp {beat}"
+    b.start(placement("deaf", f"trap '' TERM; while :; do {tick}; sleep 0.1; done"))
     while not beat.exists():
         time.sleep(0.05)
     noticed = time.time()
