@@ -56,7 +56,7 @@ def test_a_job_with_no_way_to_start_is_remembered_until_gpus_free_up_on_its_type
     stops within a minute)."""
     c = small()
     teams = [Team("a", quota={"H100": 32}), Team("b", quota={})]
-    sched = Scheduler(c, teams, ArbiterPolicy(stop_longer=None))
+    sched = Scheduler(c, teams, ArbiterPolicy(time_share=False))
     sched.submit(job("a-long", team="a", gpus=16, duration=1e6), 0.0)
     sched.submit(job("a-short", team="a", gpus=8, duration=5.0), 0.0)
     sched.submit(job("b-borrower", team="b", gpus=40, duration=1e6), 0.0)

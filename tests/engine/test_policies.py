@@ -152,6 +152,7 @@ def test_policy_hooks_see_the_cycles_view_never_the_scheduler():
         "may_have_victims",
         "victim_min_run",
         "preempt_key",
+        "note_time",
     )
     for name in hooks:
         watch(name)

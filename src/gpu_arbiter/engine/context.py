@@ -65,12 +65,14 @@ class CycleView:
         "pending_stops",
         "preempt",
         "queue",
+        "reranked",
         "rule_out_move",
         "running",
         "running_by_tier",
         "running_by_type",
         "slower_than",
         "speed",
+        "type_epoch",
         "types_by_speed",
     )
 
@@ -88,6 +90,7 @@ class CycleView:
         self.notice_s, self.notice_of_tier = sched.notice_s, sched.notice_of_tier
         self.preempt, self.move = sched.preempt, sched.move
         self.notice_stop, self.rule_out_move = sched.notice_stop, sched.rule_out_move
+        self.type_epoch, self.reranked = sched.type_epoch, sched.reranked
 
     def shadow_time(self, gpu_type: str, n: int, now: float) -> float:
         return self._sched.shadow_time(gpu_type, n, now, self._ctx)

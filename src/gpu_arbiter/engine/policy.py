@@ -50,7 +50,8 @@ class SchedulerView(Protocol):
     """What a policy may read of the scheduler and ask of it: the queue, the running indexes,
     capacity and books (to read), estimates and dry runs (`types_by_speed`, `est_runtime`,
     `shadow_time`, `preemption_wait`), and the moves a round-based or migrating policy makes
-    (`preempt`, `move`, `notice_stop`, `rule_out_move`)."""
+    (`preempt`, `move`, `notice_stop`, `rule_out_move`), and a change with time in whom a
+    policy lets preempt whom (`reranked`)."""
 
     cluster: Cluster
     cfg: EngineConfig
@@ -83,6 +84,8 @@ class SchedulerView(Protocol):
         self, job: Job, grace_s: float, reason: str, for_job: str | None = None
     ) -> None: ...
     def rule_out_move(self, job: Job, gpu_type: str) -> None: ...
+    def type_epoch(self, gpu_type: str) -> int: ...
+    def reranked(self, gpu_type: str) -> None: ...
 
 
 # The tiers below each tier, lowest (the cheapest victims) first.
@@ -169,6 +172,12 @@ class Policy:
         search stands for them all. None where those fields say it all."""
         return None
 
+    def passes_reservation(self, sched: SchedulerView, job: Job, holder: Job) -> bool:
+        """Whether `job` may take GPUs that the backfill reservation of `holder`, a job of its
+        tier walked before it, holds (`Scheduler._reservation_over`): by the policy's own
+        order within a tier. No: EASY binds every job walked after the holder."""
+        return False
+
     def preempt_reason(self, job: Job, victim: Job) -> str | None:
         """Why `job` stops (or shrinks) `victim`, where a rule of the policy's own allowed it
         (`may_preempt`); None where the tier rules did (the scheduler says so)."""
@@ -194,6 +203,10 @@ class Policy:
         to choose between, so a policy whose type choice is costly may answer without it.
         None where only `candidate_types` can say."""
         return self.candidate_types(sched, job)
+
+    def note_time(self, sched: SchedulerView, now: float) -> None:
+        """First thing in a cycle: a policy whose order changes with time tells the scheduler
+        of running jobs that became victims since the last cycle (`reranked`)."""
 
     def before_cycle(self, sched: SchedulerView, now: float) -> None:
         """Round-based policies re-plan here (and may preempt through `sched.preempt`)."""

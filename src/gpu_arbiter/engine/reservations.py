@@ -61,12 +61,16 @@ class Reservations:
         """The backfill reservation the job must not delay on the type. A walk goes tier by
         tier, so a reservation is only ever made ahead of lower tiers; but a cycle that looks
         at newcomers only reuses the last walk's reservations, and a tier-1 newcomer must not
-        wait behind the reservation of a tier-2 job it would have been walked before."""
+        wait behind the reservation of a tier-2 job it would have been walked before. Nor is a
+        job bound by the reservation of one its policy lets it pass
+        (`Policy.passes_reservation`)."""
         res = ctx.reservations.get(gpu_type)
         if res is None:
             return None
         holder = self.jobs.get(res.job_id)
-        if holder is not None and holder.tier > job.tier:
+        if holder is not None and (
+            holder.tier > job.tier or self.policy.passes_reservation(ctx.view, job, holder)
+        ):
             return None
         return res
 

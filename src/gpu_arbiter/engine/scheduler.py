@@ -350,19 +350,32 @@ class Scheduler(
             self._grow(now, ctx.blocked_types)
         return self._end_cycle(ctx, examined, started)
 
+    def type_epoch(self, gpu_type: str) -> int:
+        """A counter that every start, stop, resize, hold, fault, repair and borrowed-flag
+        change on the type moves (`engine.memo`): a policy's notes about the type's running
+        jobs stand while it holds."""
+        return self.state.epoch[gpu_type] + self.state.flips[gpu_type]
+
+    def reranked(self, gpu_type: str) -> None:
+        """A running job on the type became a victim it was not by the policy's order, which
+        changes with time (its attained service rose, `engine.discipline`): preemption
+        searches and waits that failed before may succeed now."""
+        self.state.reranked(gpu_type)
+
     def _begin_cycle(self, now: float) -> tuple[CycleContext, bool]:
         """The cycle's context, and whether it walks every pending job (anything freed since
         the last cycle, a policy that is not incremental, or jobs started at an earlier time
         that are victims now that were none then) or only the newcomers, against the
         reservations and blocked types of the last full walk."""
         state = self.state
+        ctx = CycleContext(now=now)
+        ctx.view = CycleView(self, ctx)
+        self._victims.begin(now)
+        self.policy.note_time(ctx.view, now)  # may mark running jobs new victims (`reranked`)
         new_victims = state.started_at is not None and now > state.started_at
         full = state.dirty or not self.policy.incremental or new_victims
         if new_victims:
             state.started_at = None
-        ctx = CycleContext(now=now)
-        ctx.view = CycleView(self, ctx)
-        self._victims.begin(now)
         if not full:
             ctx.reservations = {t: r.copy() for t, r in self._reservations.items()}
             ctx.blocked_types = set(self._blocked_types)

@@ -429,6 +429,13 @@ class EngineState:
             self.index.give(node, mask, w)
         hold.held.clear()
 
+    def reranked(self, gpu_type: str) -> None:
+        """A running job on the type became a victim by a policy's order changing with time
+        (`Scheduler.reranked`): failed preemption searches and set-aside waits look again."""
+        self.flips[gpu_type] += 1
+        self.changed(gpu_type, freed=False)
+        self.dirty = True
+
     def retier(self, job: Job, tier: Tier, now: float) -> None:
         """The running job keeps its GPUs at `tier` from now on (a budget ran out mid-run, E1):
         its quota and borrowing books move, and as a new victim it may let preemption searches

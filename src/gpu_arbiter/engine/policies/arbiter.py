@@ -1,12 +1,12 @@
 """Arbiter's policy: every step on.
 
-Tiers first; within a tier, teams by weighted dominant share (S4), and within a team its jobs
-shortest first: by the GPU time their walltime estimate says is left (estimate x share of the
-work not done x GPUs), then by submission; jobs without an estimate come after those with one,
-in submission order. A team's queue is its own to order (S4 orders teams, not jobs), and
-shortest-first is what lowers mean JCT when the queue is long; a long
-job can be passed by a team's stream of shorter ones, as in any SJF
-(`ArbiterPolicy(shortest_first=False)`: submission order). Placement packs (S5, S6);
+Tiers first; within a tier, teams by weighted dominant share (S4), and within a team its jobs by
+the discipline of `engine.discipline`: priority queues by attained GPU-time (Tiresias' 2D-LAS),
+the shortest remaining walltime estimate first within a queue, then submission
+(`ArbiterPolicy(shortest_first=False)`: submission order). Tier-3 work is time-shared: a tier-3
+job suspends a running tier-3 job of a lower-priority queue, which saves its checkpoint and
+queues again (`ArbiterPolicy(time_share=False)`: never), and a reservation holds GPUs only from
+jobs that could not suspend its holder. Placement packs (S5, S6);
 a blocked job preempts by tier or reclaims borrowed capacity (S1, S2), shrinking elastic jobs
 before stopping anyone (S8); otherwise it gets an EASY reservation that backfill honours (S6).
 A gang that must sit on one node reserves the node expected to have room for it first, not a
@@ -53,15 +53,12 @@ from itertools import islice
 from operator import itemgetter
 
 from gpu_arbiter.domain import Job, JobState, Tier
+from gpu_arbiter.engine import discipline
 from gpu_arbiter.engine.migration import MoveRules, plan_and_move
 from gpu_arbiter.engine.policy import Policy
 from gpu_arbiter.engine.typechoice import patient_types
 
 PLAN_DEPTH = 256  # pending jobs considered for the comparative-advantage plan per cycle
-# Shortest remaining time first within tier 3: a tier-3 job may stop a tier-3 job expected to
-# run at least this many times as long as it would itself on that type (see `may_preempt`).
-STOP_LONGER = 8.0
-WALK_LIMIT = 64  # running jobs looked at before a search for such victims (see below)
 DEFAULT_MOVES = MoveRules()
 
 
@@ -76,14 +73,13 @@ class ArbiterPolicy(Policy):
         moves: MoveRules | None = DEFAULT_MOVES,
         patient: bool = True,
         shortest_first: bool = True,
-        stop_longer: float | None = STOP_LONGER,
+        time_share: bool = True,
     ) -> None:
         self.plan: dict[str, str] = {}
         self.moves = moves  # None: never move a running job
         self.patient = patient  # wait for a faster type when that finishes sooner
         self.shortest_first = shortest_first  # False: a team's jobs by submission only
-        self.stop_longer = stop_longer  # None: a tier-3 job never stops another tier-3 job
-        self._horizons: dict[tuple[str, str], float] = {}  # `_horizon`s of this cycle
+        self.time_share = time_share  # False: a tier-3 job never suspends another tier-3 job
         self.moved_at: float | None = None
         self.promised: dict[str, tuple[str, int]] = {}  # tier-2 moves waiting out their grace
         self.dest: dict[str, str] = {}  # type a moved tier-2 job asks for first when requeued
@@ -91,147 +87,98 @@ class ArbiterPolicy(Policy):
         self._plan_speeds: dict[str, tuple[tuple[str, ...], tuple[float, ...]] | None] = {}
         self._plan_jobs: list[Job] = []  # `plan_order`, as made from ...
         self._planned_from: tuple | None = None  # ... this (queue, its version, free GPUs)
+        # By running tier-3 job: (its allocation, until when its standing holds, the
+        # standing, `discipline.standing`); by type: (its epoch, until when every standing
+        # there holds, the GPUs held by standing); the GPUs of victims a standing finds on a
+        # type this cycle.
+        self._steady: dict[str, tuple[object, float, discipline.Standing]] = {}
+        self._held: dict[str, tuple[int, float, dict[discipline.Standing, int]]] = {}
+        self._victim_gpus: dict[tuple[str, discipline.Standing], int] = {}
         self.now = 0.0
 
     def rank_key(self, job: Job) -> tuple:
-        """Shortest first within a team: GPU time left by the walltime estimate (read when the
-        job is queued, so a stopped job counts what its checkpoint kept), then submission."""
-        spec = job.spec
+        """Within a team, the discipline's order (`discipline.rank_key`): by priority queue,
+        remaining estimate, submission."""
         if not self.shortest_first:
             return super().rank_key(job)
-        if spec.walltime_s is None:
-            return (math.inf, spec.submit_s)
-        left = spec.walltime_s * max(0.0, 1 - job.progress_s / spec.duration_s)
-        return (left * spec.gpus, spec.submit_s)
+        return discipline.rank_key(job)
 
     def victim_tiers(self, job: Job, within_quota: bool) -> tuple[int, ...]:
         tiers = super().victim_tiers(job, within_quota)
-        if not tiers and self._stops_longer(job):
+        if not tiers and self._time_shares(job):
             return (Tier.EXPLORATORY,)
         return tiers
 
     def may_preempt(self, sched, job: Job, victim: Job, within_quota: bool) -> bool:
-        """The tier rules (`Policy.may_preempt`), and shortest remaining time first within tier
-        3: a tier-3 job may stop a tier-3 job expected (by walltime estimates) to run at least
-        `stop_longer` times as long as it would itself on that type (`_horizon`). The victim
-        saves in the minute tier-3 victims get (`EngineConfig.notice_stop_s`) and goes back in
-        line. Without an estimate a victim counts as running for ever. Only some victims
-        (`_may_displace`): its own team's, or those of a team served at least as well (S4); and
-        a job beyond its team's quota displaces only borrowers and its own team, as a borrower
-        taking a guaranteed job's GPUs would be reclaimed at once (else the same jobs are
-        stopped again and again). It lowers mean JCT where short jobs queue behind long
-        ones, at a small cost in makespan."""
+        """The tier rules (`Policy.may_preempt`), and time-sharing within tier 3: a tier-3 job
+        may suspend a tier-3 job of a lower-priority queue (`discipline.outranks`) of a team
+        it may displace (`discipline.may_displace`). The victim saves in the minute tier-3
+        victims get (`EngineConfig.notice_stop_s`) and goes back in line with its progress."""
         if super().may_preempt(sched, job, victim, within_quota):
             return True
         return (
-            victim.tier == Tier.EXPLORATORY
-            and self._stops_longer(job)
-            and self._may_displace(sched, job, victim, within_quota)
-            and victim.expected_end_at >= self._horizon(sched, job, victim.allocation.gpu_type)
+            self.time_share
+            and job.tier == victim.tier == Tier.EXPLORATORY
+            and discipline.beats(discipline.standing(job), self._standing(victim))
+            and discipline.may_displace(sched.fair.share, job, victim, within_quota)
         )
 
-    @staticmethod
-    def _may_displace(sched, job: Job, victim: Job, within_quota: bool) -> bool:
-        if victim.team == job.team:
-            return True
-        if not (within_quota or victim.borrowed):
-            return False
-        return sched.fair.share(victim.team) >= sched.fair.share(job.team)
+    def _standing(self, victim: Job) -> discipline.Standing:
+        """A running job's standing now (`_held_on` worked most of them out)."""
+        known = self._steady.get(victim.id)
+        if known is not None and known[0] is victim.allocation and self.now < known[1]:
+            return known[2]
+        return discipline.standing(victim, self.now)
 
     def preempt_key(self, sched, job: Job, gpu_type: str):
-        """For a tier-3 job that may stop longer ones: its time left (`_time_left`) and the
-        teams served less than its own, whose jobs it may not stop (`_may_displace`)."""
-        if not self._stops_longer(job):
+        """For a tier-3 job that may time-share: its queue and remaining-estimate band, which
+        decide whom it outranks (`discipline.outranks`), and the teams served less than its
+        own, whose jobs it may not suspend (`discipline.may_displace`)."""
+        if not self._time_shares(job):
             return None
         fair = sched.fair
         share = fair.share(job.team)
         served_less = frozenset(t for t in fair.alloc if fair.share(t) < share)
-        return (self._time_left(sched, job, gpu_type), served_less)
-
-    def victim_min_run(self, sched, job: Job, gpu_type: str, within_quota: bool) -> float:
-        """A job that may stop tier-3 jobs only for running far longer (`may_preempt`) waits
-        for a start expected to outlast its horizon: one that starts later and ends after the
-        horizon then runs at least as long as the horizon is from now."""
-        if not self._stops_only_longer(job, within_quota):
-            return 0.0
-        return self._horizon(sched, job, gpu_type) - self.now
+        return (discipline.standing(job), served_less)
 
     def may_have_victims(self, sched, job: Job, gpu_type: str, within_quota: bool) -> bool:
+        """The tier rules' victims, or for a job whose only victims are tier-3 jobs it
+        outranks: whether the type's free GPUs and those such jobs hold (by standing,
+        `_held_on`) add up to its size. A job found to have none is set aside until a start
+        or a rise on the type (`SchedulerView.reranked`) may give it some."""
         if not super().may_have_victims(sched, job, gpu_type, within_quota):
             return False
-        if not self._stops_only_longer(job, within_quota):
+        if super().victim_tiers(job, within_quota) or not self._time_shares(job):
             return True
-        return self._longer_jobs_hold_enough(sched, job, gpu_type, within_quota)
-
-    def _longer_jobs_hold_enough(self, sched, job: Job, gpu_type: str, within_quota: bool) -> bool:
-        """Whether the type's free GPUs and those of the tier-3 jobs there that the job may
-        stop for running far longer (`may_preempt`) add up to its size. Most tier-3 jobs find
-        too few, and a walk back from the latest expected end, which stops at the first job
-        not long enough, costs far less than a search of every tier-3 job there. After
-        `WALK_LIMIT` jobs (other tiers run long too) the search decides. Jobs started this
-        cycle count too (the search passes them over until the next one), so that a job found
-        to have no victims need only be looked at again once a tier-3 job expected to outlast
-        its horizon starts on the type (`victim_min_run`) or its team releases GPUs there
-        (`engine.memo`), not when fair shares shift."""
+        mine = discipline.standing(job)
+        key = (gpu_type, mine)
+        victims = self._victim_gpus.get(key)
+        if victims is None:
+            held = self._held_on(sched, gpu_type).items()
+            victims = self._victim_gpus[key] = sum(n for s, n in held if discipline.beats(mine, s))
         need = job.spec.elastic_range[0] - sched.index.type_free[gpu_type]
-        horizon = self._horizon(sched, job, gpu_type)
-        for looked, (end, _, job_id) in enumerate(reversed(sched.ends_by_type[gpu_type])):
-            if end < horizon:
-                return False
-            v = sched.running[job_id]
-            if (
-                v.tier == Tier.EXPLORATORY
-                and job_id not in sched.pending_stops
-                and self._may_displace(sched, job, v, within_quota)
-            ):
-                need -= v.gpus_held
-            if need <= 0 or looked >= WALK_LIMIT:
-                return True
-        return False
+        return victims > 0 and victims >= need
+
+    def passes_reservation(self, sched, job: Job, holder: Job) -> bool:
+        """A tier-3 job is not held back by the reservation of a tier-3 job it outranks
+        (`discipline.outranks`, rule 6): the discipline puts it first, whatever the walk's
+        team order made of the holder's turn."""
+        return self.time_share and discipline.outranks(job, holder, self.now)
 
     def preempt_reason(self, job: Job, victim: Job) -> str | None:
         if job.tier == victim.tier == Tier.EXPLORATORY:
             return (
-                f"tier-3 job {job.id} needs the GPUs: it has at most 1/{self.stop_longer:g}"
-                " as long left to run (shortest first)"
+                f"tier-3 job {job.id} needs the GPUs: it is in a higher-priority queue"
+                " (least service first)"
             )
         return None
 
-    def _stops_longer(self, job: Job) -> bool:
-        return (
-            self.stop_longer is not None
-            and job.tier == Tier.EXPLORATORY
-            and job.spec.walltime_s is not None
-        )
-
-    def _stops_only_longer(self, job: Job, within_quota: bool) -> bool:
-        """Whether the job's only victims are tier-3 jobs running far longer: the tier rules
-        give it none (`Policy.victim_tiers`), and it may stop longer ones."""
-        return self._stops_longer(job) and not super().victim_tiers(job, within_quota)
-
-    def _horizon(self, sched, job: Job, gpu_type: str) -> float:
-        """Victims on the type must be expected to run until at least this time. Asked for
-        every victim a search looks at, and the same all cycle (a pending job makes no
-        progress), so it is worked out once per job and type in a cycle."""
-        key = (job.id, gpu_type)
-        horizon = self._horizons.get(key)
-        if horizon is None:
-            horizon = self.now + self.stop_longer * self._time_left(sched, job, gpu_type)
-            self._horizons[key] = horizon
-        return horizon
-
-    @staticmethod
-    def _time_left(sched, job: Job, gpu_type: str) -> float:
-        """How long the job would run on the type at its full size by its walltime estimate,
-        rounded down to a power of two: jobs of one band find the same victims, so a failed
-        search is remembered for them all (`engine.preemption.eligibility`)."""
-        run = sched.est_runtime(job, gpu_type, job.spec.gpus)
-        return 2.0 ** math.floor(math.log2(max(run, 1.0)))
+    def _time_shares(self, job: Job) -> bool:
+        return self.time_share and job.tier == Tier.EXPLORATORY
 
     def before_cycle(self, sched, now: float) -> None:
         self.plan = {}
         self.now = now
-        self._horizons.clear()
         if len(sched.index.type_total) < 2 or not len(sched.queue) or not sched.index.total_free:
             return  # nothing to plan onto
         left = dict(sched.index.type_free)
@@ -321,6 +268,50 @@ class ArbiterPolicy(Policy):
         if plan_and_move(sched, now, reservations, self.moves, self.promised):
             self.moved_at = now
         self.dest.update((j, t) for j, (t, _) in self.promised.items())
+
+    def note_time(self, sched, now: float) -> None:
+        """Tell the scheduler of the types on which a running tier-3 job rose into a
+        lower-priority queue since the last cycle: it may be a victim now. Only while tier-3
+        jobs wait (the only ones it may give a victim), and only on types where a standing
+        may have changed since they were counted (`_held_on`); jobs started since then were
+        looked at by the jobs waiting anyway, as their start made them victims, and counted.
+        A rise is seen at the next cycle, which arrivals and ends bring, not woken for."""
+        self.now = now
+        self._victim_gpus = {}
+        if not self.time_share or not any(
+            tier == Tier.EXPLORATORY for tier, _ in sched.queue.groups
+        ):
+            return
+        if len(self._steady) > 2 * len(sched.running) + 64:  # forget jobs that stopped
+            self._steady = {k: v for k, v in self._steady.items() if k in sched.running}
+        for t, (_, until, _) in list(self._held.items()):
+            if now >= until:
+                self._held_on(sched, t)
+
+    def _held_on(self, sched, gpu_type: str) -> dict[discipline.Standing, int]:
+        """The GPUs running tier-3 jobs on the type hold, by their standing now (for
+        `may_have_victims`), counted again only once the type changed or a standing there may
+        have (`discipline.steady_until`); where a job's queue rose, the type is `reranked`."""
+        epoch, now = sched.type_epoch(gpu_type), self.now
+        known = self._held.get(gpu_type)
+        if known is not None and known[0] == epoch and now < known[1]:
+            return known[2]
+        held: dict[discipline.Standing, int] = {}
+        steady, until, rose = self._steady, math.inf, False
+        for v in sched.running_by_tier[(gpu_type, Tier.EXPLORATORY)].values():
+            was = steady.get(v.id)
+            if was is None or was[0] is not v.allocation or now >= was[1]:
+                s = discipline.standing(v, now)
+                steady[v.id] = (v.allocation, discipline.steady_until(v, now), s)
+                rose = rose or (was is not None and s[0] > was[2][0])
+            else:
+                s = was[2]
+            until = min(until, steady[v.id][1])
+            held[s] = held.get(s, 0) + v.gpus_held
+        if rose:
+            sched.reranked(gpu_type)
+        self._held[gpu_type] = (sched.type_epoch(gpu_type), until, held)
+        return held
 
     def next_wakeup(self, sched, now: float) -> float | None:
         # GPUs a move left behind go to pending jobs in a cycle right after this one.
