@@ -86,8 +86,8 @@ class Stamps:
         pool may have room again) and, where the job may take GPUs from some tier but nobody
         of it runs (or nobody the policy lets it stop), jobs of that tier started there that
         are expected to run long enough to be its victims (`Policy.victim_min_run`), and
-        running jobs there that became victims they were not (a borrowed flag, a demotion, a
-        policy's order changed with time: `_flips`).
+        running jobs there that became victims by a policy's order changing with time
+        (`Scheduler.reranked`).
         Placement is only ever refused here for too few free GPUs, so power and topology need
         no stamp."""
         if job.spec.gpu_milli < MILLI:
@@ -107,7 +107,7 @@ class Stamps:
                 if tiers:
                     band = run_band(self.policy.victim_min_run(ctx.view, job, t, within))
                     starts = (tiers, band, self._starts_of(t, tiers, band))
-            wake.append((self._releases(job, t), starts, self._flips[t]))
+            wake.append((self._releases(job, t), starts, self.state.reranks[t]))
         return (HOPELESS, int(job.tier), n, tuple(wake))
 
     def _types_when_hopeless(self, job: Job, n: int, ctx: CycleContext) -> list[str] | None:
@@ -134,12 +134,12 @@ class Stamps:
             return False
         free = self.index.type_free
         core, team, releases = job.tier == Tier.CORE, job.team, self.quota.releases
-        for t, (seen, starts, flips) in zip(types, wake, strict=True):
+        for t, (seen, starts, reranks) in zip(types, wake, strict=True):
             if free[t] >= n:
                 return False
             if (self._freed[t] if core else releases.get((team, t), 0)) != seen:
                 return False
-            if self._flips[t] != flips:
+            if self.state.reranks[t] != reranks:
                 return False
             if starts is not None and self._starts_of(t, starts[0], starts[1]) != starts[2]:
                 return False

@@ -133,6 +133,7 @@ class EngineState:
         self.near_epoch: dict[str, int] = {t: 0 for t in capacity}
         self.near_freed: dict[str, int] = {t: 0 for t in capacity}
         self.flips: dict[str, int] = {t: 0 for t in capacity}
+        self.reranks: dict[str, int] = {t: 0 for t in capacity}  # `reranked` calls
         self.starts: dict[tuple[str, int], list[int]] = {
             (t, k): [0] * RUN_BANDS for t in capacity for k in TIERS
         }
@@ -433,6 +434,7 @@ class EngineState:
         """A running job on the type became a victim by a policy's order changing with time
         (`Scheduler.reranked`): failed preemption searches and set-aside waits look again."""
         self.flips[gpu_type] += 1
+        self.reranks[gpu_type] += 1
         self.changed(gpu_type, freed=False)
         self.dirty = True
 
