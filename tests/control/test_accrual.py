@@ -1,14 +1,21 @@
 """Live cost (E1, E5): running jobs are charged as they run, once per second held, across
-restarts; a team that spends its budget mid-run has its running jobs capped at the tier an
-exhausted budget allows."""
+restarts, by one charge that grows (so the ledger does not grow with the minutes a job runs);
+a team that spends its budget mid-run has its running jobs capped at the tier an exhausted
+budget allows."""
 
 from __future__ import annotations
 
+import json
 import math
+import time
 
 import pytest
+from sqlalchemy import select
 
-from gpu_arbiter.control.store import open_database
+from gpu_arbiter.control.store import LEDGER, open_database
+from gpu_arbiter.domain import JobSpec
+from gpu_arbiter.economy import ChargeModel, Ledger
+from gpu_arbiter.economy.report import team_bills
 from tests.control.direct import (
     ADMIN,
     Executor,
@@ -21,13 +28,15 @@ from tests.control.direct import (
     submit,
     tick,
 )
+from tests.control.harness import database
 
 
-@pytest.fixture
-def db(tmp_path):
-    engine = open_database(str(tmp_path / "a.db"))
-    yield engine
-    engine.dispose()
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request, tmp_path):
+    for url in database(request.param, tmp_path):
+        engine = open_database(url)
+        yield engine
+        engine.dispose()
 
 
 def test_a_running_job_is_charged_as_it_runs_and_a_restart_charges_no_second_twice(db, tmp_path):
@@ -51,7 +60,7 @@ def test_a_running_job_is_charged_as_it_runs_and_a_restart_charges_no_second_twi
     assert len(charges(loop, job)) == 1
     advance(loop, 39)
     tick(loop)
-    assert charges(loop, job)[-1].end == started + 190
+    assert [(e.start, e.end) for e in charges(loop, job)] == [(started, started + 190)]
 
     # A restart reads what was charged from the ledger: the end charges only the rest.
     loop2 = new_loop(db, tmp_path, executor)
@@ -60,8 +69,7 @@ def test_a_running_job_is_charged_as_it_runs_and_a_restart_charges_no_second_twi
     call(loop2, loop2.commands.cancel, ADMIN, job)
     pieces = charges(loop2, job)
     assert [(e.start, e.end) for e in pieces] == [
-        (started, started + 120),
-        (started + 120, started + 190),
+        (started, started + 190),
         (started + 190, started + 200),
     ]
     assert math.fsum(e.gpu_seconds for e in pieces) == pytest.approx(4 * 200)
@@ -147,3 +155,122 @@ def test_work_lost_to_a_node_failure_counts_whole_though_part_of_it_was_charged_
     lost = loop.metrics.lost_gpu_hours._value.get()  # no checkpoint: all 150 s are lost
     assert lost == pytest.approx(4 * 150 / 3600)
     assert loop.accounts.spent["a"] == pytest.approx(0.0, abs=1e-9)  # and none of it is paid for
+
+
+def _ledger_rows(loop, job_id: str | None = None) -> list[dict]:
+    """The ledger as the database holds it (what a restart, the bill and the export read)."""
+    q = select(LEDGER.c.entry).order_by(LEDGER.c.seq)
+    if job_id is not None:
+        q = q.where(LEDGER.c.job_id == job_id)
+    with loop._begin() as conn:
+        return [r.entry for r in conn.execute(q)]
+
+
+def _run_minutes(loop, minutes: int) -> None:
+    for _ in range(minutes):
+        advance(loop, 60)
+        tick(loop)
+
+
+def test_a_job_running_for_hours_leaves_a_bounded_number_of_ledger_rows_and_the_same_bill(
+    db, tmp_path
+):
+    """Three hours of accrual leave one growing charge, not 180, and the bill is what one
+    charge per minute (the old ledger) made of the same seconds."""
+    executor = Executor()
+    loop = new_loop(db, tmp_path, executor)
+    advance(loop, 86_400)
+    setup(loop, {"a": None}, quota=8)
+    job = submit(loop, "a", gpus=4, tier=1, checkpoint_interval_s=600.0)
+    tick(loop)
+    started = row(loop, job)["started_at"]
+    _run_minutes(loop, 10)
+    assert len(_ledger_rows(loop, job)) == 1
+    _run_minutes(loop, 170)
+    rows = _ledger_rows(loop, job)
+    assert len(rows) == 1 and rows[0]["start"] == started
+    billed_to = rows[0]["end"]
+    assert billed_to > started + 3 * 3600 - 120
+    advance(loop, 30)
+    call(loop, loop.commands.cancel, ADMIN, job)
+    ended = loop._last_now
+    assert len(_ledger_rows(loop, job)) == 2
+
+    book = Ledger.from_lines(json.dumps(e) for e in _ledger_rows(loop))
+    book.check_balanced()
+    (bill,) = team_bills(book)
+    # The same seconds charged the old way: one "run" charge per minute, then the rest.
+    minutes = Ledger()
+    spec = JobSpec(id=job, team="a", gpus=4, tier=1, checkpoint_interval_s=600.0)
+    edges = [started + 60 * k for k in range(int((billed_to - started) // 60) + 1)]
+    edges += [billed_to, ended]
+    for a, b in zip(edges, edges[1:], strict=False):
+        if b > a:
+            ChargeModel().charge_segment(
+                minutes, spec, gpu_type="H100", tier=1, gpus=4, start=a, end=b, preemptible=False
+            )
+    (old,) = team_bills(minutes)
+    assert len(minutes) > 180
+    # Equal but for float rounding: a sum of 180 products against one product.
+    assert dict(bill.gpu_hours) == pytest.approx(dict(old.gpu_hours), rel=1e-12)
+    assert bill.gpu_hours_total == pytest.approx(4 * (ended - started) / 3600, rel=1e-12)
+    assert bill.credits_charged == pytest.approx(old.credits_charged, rel=1e-12)
+    assert (bill.credits_refunded, old.credits_refunded) == (0.0, 0.0)
+    assert loop.accounts.spent["a"] == pytest.approx(bill.credits_spent, rel=1e-12)
+
+
+def test_a_restart_mid_run_charges_each_second_exactly_once(db, tmp_path):
+    """The growing charge is written in the transaction that grew it: a restart (or a failed
+    transaction's rebuild) carries on from its end, never before it, never after it."""
+    executor = Executor()
+    loop = new_loop(db, tmp_path, executor)
+    advance(loop, 86_400)
+    setup(loop, {"a": None}, quota=8)
+    job = submit(loop, "a", gpus=4, tier=1)
+    tick(loop)
+    started = row(loop, job)["started_at"]
+    _run_minutes(loop, 30)
+    charged = loop.accounts.spent["a"]
+    (grown,) = _ledger_rows(loop, job)
+    assert grown["end"] > started + 29 * 60 and grown["credits"] == pytest.approx(charged)
+
+    loop2 = new_loop(db, tmp_path, executor)
+    assert loop2.accounts.spent["a"] == pytest.approx(charged, rel=1e-12)
+    loop2._last_now = loop._last_now
+    _run_minutes(loop2, 30)
+    loop2._reload()  # what a failed transaction does: the books again from the database
+    _run_minutes(loop2, 30)
+    advance(loop2, 30)
+    call(loop2, loop2.commands.cancel, ADMIN, job)
+    ended = loop2._last_now
+    pieces = [e for e in _ledger_rows(loop2, job) if e["kind"] == "charge"]
+    assert len(pieces) == 2  # the grown one and the rest at the end
+    assert [(p["start"], p["end"]) for p in pieces] == [
+        (started, pieces[1]["start"]),
+        (pieces[1]["start"], ended),
+    ]
+    assert math.fsum(p["gpu_seconds"] for p in pieces) == pytest.approx(4 * (ended - started))
+    assert loop2.accounts.spent["a"] == pytest.approx(3.5 * 4 * (ended - started) / 3600, rel=1e-12)
+
+
+def test_a_charge_never_grows_into_the_next_budget_period(db, tmp_path):
+    """Budgets count a charge in the period of its date, so the growing charge stops at a
+    period's end and a new one starts: each period's spend stays exact."""
+    executor = Executor()
+    loop = new_loop(db, tmp_path, executor)
+    period_s = loop.accounts.budgets.policy.period_s
+    boundary = (math.floor(time.time() / period_s) + 1) * period_s
+    loop._last_now = boundary - 600
+    setup(loop, {"a": 1000.0}, quota=8)
+    job = submit(loop, "a", gpus=4, tier=1)
+    tick(loop)
+    _run_minutes(loop, 20)
+    budgets = loop.accounts.budgets
+    runs = [e for e in _ledger_rows(loop, job) if e["kind"] == "charge"]
+    assert len(runs) == 2
+    before, after = (budgets.period_index(e["at"]) for e in runs)
+    assert after == before + 1
+    assert runs[0]["end"] == runs[1]["start"] and runs[0]["end"] <= boundary + 60
+    for index, run in zip((before, after), runs, strict=True):
+        at = budgets.period_start(index)
+        assert budgets.remaining("a", at) == pytest.approx(1000.0 - run["credits"], rel=1e-12)

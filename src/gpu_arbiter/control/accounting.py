@@ -1,6 +1,6 @@
 """What running jobs cost as they run: the run segment each job is in, the charges posted for
-it (at its end, and every `accrue_s` while it runs), the ledger's write-out, each team's spend,
-and the gauges /metrics shows.
+it (at its end, and every `accrue_s` while it runs, by growing one charge in place), the
+ledger's write-out, each team's spend, and the gauges /metrics shows.
 
 Separate from the loop because it is the one place that turns GPU-seconds into ledger entries:
 a start, a requeue, an end, a demotion or a restart each open or close a segment here, and the
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.engine import Connection
 
 from gpu_arbiter.control.jobrows import LiveJob
@@ -38,8 +38,9 @@ from gpu_arbiter.economy.chargeback import LOST_WORK, RERUN
 
 @dataclass(slots=True)
 class Segment:
-    """The run segment a job is in: what it holds since when, and up to when it was charged
-    while it ran (`billed_to`, from the ledger after a restart)."""
+    """The run segment a job is in: what it holds since when, up to when it was charged
+    while it ran (`billed_to`, from the ledger after a restart), and the seq of the "run"
+    charge that says so (`accrual`), which the next accrual grows when it can."""
 
     start: float
     gpu_type: str
@@ -47,6 +48,7 @@ class Segment:
     tier: int
     borrowed: bool
     billed_to: float
+    accrual: int | None = None
 
 
 class Accounts:
@@ -58,6 +60,8 @@ class Accounts:
         self.accrue_s = accrue_s
         self.ledger = Ledger()
         self.persisted = 0
+        # Charges already in the database that grew since: seq -> the credits written.
+        self.grown: dict[int, float] = {}
         self.spent: dict[str, float] = {}
         self.burn: dict[str, float] = {}
         self.charges = ChargeModel()
@@ -73,6 +77,7 @@ class Accounts:
         rows = conn.execute(select(LEDGER.c.entry).order_by(LEDGER.c.seq)).all()
         self.ledger = Ledger.from_lines(json.dumps(r.entry) for r in rows)
         self.persisted = len(self.ledger)
+        self.grown = {}
         self.spent = {}
         for e in self.ledger.entries():
             self._count_spend(e)
@@ -99,6 +104,7 @@ class Accounts:
             row["seg_tier"],
             row["seg_borrowed"],
             accrued[-1].end if accrued else row["seg_start"],
+            accrued[-1].seq if accrued else None,
         )
 
     def close(
@@ -156,9 +162,11 @@ class Accounts:
     def accrue(self, now: float, live: Mapping[str, LiveJob]) -> bool:
         """Charge each running job for the seconds it held its GPUs once `accrue_s` have passed
         since it was last charged (E5): spend, burn and budgets see running work, not only runs
-        that ended. Each job falls due a minute after its own start, so the charges of many
-        running jobs spread over the minute instead of stalling one tick (10,000 charges cost
-        the loop about half a second). Returns whether budgets are due a check (every
+        that ended. The segment's charge grows (`ChargeModel.accrue`), so a long run leaves a
+        few ledger rows, not one a minute, and the row says up to when it was charged. Each job
+        falls due a minute after its own start, so the charges of many running jobs spread
+        over the minute instead of stalling one tick (10,000 charges cost the loop about half
+        a second). Returns whether budgets are due a check (every
         `accrue_s`): a team whose budget is spent then has its running jobs run as its budget
         allows (`Applier.exhausted`)."""
         due = now - self.accrue_s
@@ -166,17 +174,25 @@ class Accounts:
             job = live.get(job_id)
             if job is None or seg.billed_to > due or now <= seg.billed_to:
                 continue
-            self.charges.charge_segment(
+            last = None if seg.accrual is None else self.ledger.entry(seg.accrual)
+            period = self.budgets.period_index
+            entry = self.charges.accrue(
                 self.ledger,
                 job.spec,
+                last,
                 gpu_type=seg.gpu_type,
                 tier=seg.tier,
                 gpus=seg.gpus,
                 start=seg.billed_to,
                 end=now,
                 preemptible=is_preemptible(seg.tier, seg.borrowed),
+                same_period=last is not None and period(last.at) == period(now),
             )
-            seg.billed_to = now
+            if last is not None and entry.seq == last.seq:
+                self.budgets.grown(last, entry)
+                if last.seq < self.persisted:
+                    self.grown.setdefault(last.seq, last.credits)
+            seg.billed_to, seg.accrual = now, entry.seq
         self.last_accrual = now
         if now - self.last_budget_check >= self.accrue_s:
             self.last_budget_check = now
@@ -186,7 +202,9 @@ class Accounts:
     # -- the ledger in the database --------------------------------------------------------
 
     def flush(self, conn: Connection) -> None:
-        """Write the ledger's new entries, in the transaction that made them."""
+        """Write the ledger's new entries and the charges that grew, in the transaction that
+        made them."""
+        self._flush_grown(conn)
         new = self.ledger.entries(since=self.persisted)
         if not new:
             return
@@ -209,6 +227,25 @@ class Accounts:
         self.persisted += len(new)
         for e in new:
             self._count_spend(e)
+
+    def _flush_grown(self, conn: Connection) -> None:
+        if not self.grown:
+            return
+        grown = [self.ledger.entry(seq) for seq in self.grown]
+        conn.execute(
+            update(LEDGER)
+            .where(LEDGER.c.seq == bindparam("b_seq"))
+            .values(
+                at=bindparam("b_at"), credits=bindparam("b_credits"), entry=bindparam("b_entry")
+            ),
+            [
+                {"b_seq": e.seq, "b_at": e.at, "b_credits": e.credits, "b_entry": e.to_json()}
+                for e in grown
+            ],
+        )
+        for e in grown:
+            self.spent[e.team] = self.spent.get(e.team, 0.0) + e.credits - self.grown[e.seq]
+        self.grown = {}
 
     def _count_spend(self, e: Any) -> None:
         if e.kind == "charge":

@@ -130,6 +130,18 @@ class Budgets:
             return tier
         return Tier(max(tier, self.policy.exhausted_tier))
 
+    def grown(self, old: Entry, new: Entry) -> None:
+        """Count a charge that grew in place (`Ledger.extend`, within one period): when its
+        team's fold had already read it, the team's net for that period drops by what it
+        added; otherwise the fold reads the grown charge whole."""
+        account = team_account(old.team)
+        if self.ledger.position(account, old.seq) >= self._folded.get(old.team, 0):
+            return
+        index = self.period_index(old.at)
+        assert index == self.period_index(new.at), "a charge grows within its period only"
+        net = self._net[old.team]
+        net[index] = net.get(index, 0.0) - (new.credits - old.credits)
+
     def _fold(self, team: str) -> None:
         account = team_account(team)
         new = self.ledger.entries(account, since=self._folded.get(team, 0))

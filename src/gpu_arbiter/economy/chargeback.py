@@ -28,9 +28,11 @@ preemptible tier or borrowed capacity, and the price reflects that). A driver th
 at an elastic resize passes each piece as its own segment; `lost_from` before a segment's start
 is clamped to it, because the earlier piece is already posted and entries are immutable.
 
-Live cost (E5). The control plane charges a running segment as time passes ("run" charges of
-consecutive pieces [start, t1), [t1, t2), ...), so spend and budgets see running jobs, then
-closes it with `close_segment`, which posts only the rest. What the pieces charged that the close
+Live cost (E5). The control plane charges a running segment as time passes (`accrue`: one "run"
+charge that grows, [start, t1), then [start, t2), ...; a new one only where the price or the
+budget period changes), so spend and budgets see running jobs while a job running for weeks
+leaves a handful of ledger entries, not one per minute. It then closes the segment with
+`close_segment`, which posts only the rest. What the pieces charged that the close
 would not have (seconds after a run's real end, learnt late; lost work of a job that checkpoints)
 is refunded from the piece that charged it, naming those seconds.
 
@@ -182,6 +184,51 @@ class ChargeModel:
                 lost = post(cut, end, LOST_WORK, lost_useful)
                 entries += [lost, ledger.refund(lost, lost.credits, FAILURE_ABSORBED, at=end)]
         return entries
+
+    def accrue(
+        self,
+        ledger: Ledger,
+        spec: JobSpec,
+        last: Entry | None,
+        *,
+        gpu_type: str,
+        tier: Tier | int,
+        gpus: int,
+        start: float,
+        end: float,
+        preemptible: bool,
+        same_period: bool,
+    ) -> Entry:
+        """Charge the seconds [start, end) of a running segment (start < end): by growing
+        `last`, the segment's latest "run" charge, when it ends at `start` on the same terms
+        (price, discount, GPUs, tier) and `same_period` (budgets count a charge in the period
+        of its date, so a charge never grows into the next one), else by a new charge. Either
+        way the credits are those `charge_segment` would post for the whole interval."""
+        price = self.prices.price(gpu_type, tier, preemptible)
+        discount = self.discount(spec)
+        count = _gpu_count(spec, gpus)
+        if (
+            last is not None
+            and same_period
+            and last.end == start
+            and last.start is not None
+            and (last.job_id, last.reason, last.gpu_type, last.tier, last.gpus)
+            == (spec.id, RUN, gpu_type, Tier(tier), count)
+            and (last.price, last.discount, last.preemptible) == (price, discount, preemptible)
+        ):
+            credits = price * count * (end - last.start) / 3600.0 * (1 - discount)
+            return ledger.extend(last, end, credits, at=end)
+        (entry,) = self.charge_segment(
+            ledger,
+            spec,
+            gpu_type=gpu_type,
+            tier=tier,
+            gpus=gpus,
+            start=start,
+            end=end,
+            preemptible=preemptible,
+        )
+        return entry
 
     def close_segment(
         self,

@@ -18,7 +18,10 @@ refund names the charge it returns (`refund_of`) and can never return more than 
 its earlier refunds; a refund of some of a charge's seconds names them too ([start, end), inside
 the charge's interval), so an audit still adds up to job-seconds.
 
-Entries are frozen and the ledger has no update or delete: a mistake is corrected by a refund.
+Entries are frozen and the ledger has no delete: a mistake is corrected by a refund. The one
+change it allows is `extend`: a charge nothing refers to yet may grow to a later end, so a job
+charged as it runs (E5) has one charge per stretch of its run, not one per minute; every second
+it covers was charged when the ledger said so, and each version is a charge in its own right.
 `to_jsonl`/`from_jsonl` write and read one JSON object per line; reading re-validates every entry
 exactly as posting does, so a hand-edited file that breaks an invariant is refused.
 """
@@ -27,8 +30,9 @@ from __future__ import annotations
 
 import json
 import math
+from bisect import bisect_left
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -206,7 +210,38 @@ class Ledger:
             )
         )
 
+    def extend(self, charge: Entry, end: float, credits: float, at: float) -> Entry:
+        """The charge `charge` carried on to `end` for `credits` in all, dated `at`: the same
+        entry (same seq) over a longer interval. Only a charge that has no refund may grow, and
+        never backwards, so nothing that was ever charged is taken away by it."""
+        original = self._charge_at(charge.seq, charge.seq)
+        if original != charge:
+            raise InvalidInput(f"extend: entry {charge.seq} is not the charge in this ledger")
+        assert original.start is not None and original.end is not None
+        assert original.gpus is not None
+        if charge.seq in self._refunded:
+            raise InvalidInput(f"extend: charge {charge.seq} has refunds; post a new charge")
+        if end < original.end or credits < original.credits or at < original.at:
+            raise InvalidInput(f"extend: charge {charge.seq} may only grow")
+        grown = replace(
+            original,
+            end=float(end),
+            at=float(at),
+            credits=float(credits),
+            postings=_postings(CHARGE, original.team, float(credits)),
+            gpu_seconds=original.gpus * (float(end) - original.start),
+        )
+        _check(grown, grown.seq)
+        self._entries[grown.seq] = grown
+        return grown
+
     # -- reading -------------------------------------------------------------------------------
+
+    def entry(self, seq: int) -> Entry:
+        """The entry at position `seq`."""
+        if not 0 <= seq < len(self._entries):
+            raise InvalidInput(f"ledger: no entry {seq}")
+        return self._entries[seq]
 
     def balance(self, account: str) -> float:
         return math.fsum(
@@ -222,6 +257,11 @@ class Ledger:
         if account is None:
             return tuple(self._entries[since:])
         return tuple(self._entries[i] for i in self._by_account.get(account, [])[since:])
+
+    def position(self, account: str, seq: int) -> int:
+        """How many of `account`'s entries come before entry `seq`: its index in
+        `entries(account)` when it touches the account."""
+        return bisect_left(self._by_account.get(account, []), seq)
 
     def audit(self, job_id: str) -> tuple[Entry, ...]:
         """Every charge and refund of `job_id`, in order: each charge names its GPU-seconds."""
