@@ -23,6 +23,7 @@ test: setup
 bench: setup
 	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.api_bench
+	$(BIN)/python -m bench.ledger_bench
 
 # Every policy on every Gavel `msr` trace (issue 3's question, trace by trace; ~15 min on 2 cores).
 GAVEL_MSR ?= ../shared/traces/gavel/traces/msr

@@ -5,18 +5,23 @@ ledger's write-out, each team's spend, and the gauges /metrics shows.
 Separate from the loop because it is the one place that turns GPU-seconds into ledger entries:
 a start, a requeue, an end, a demotion or a restart each open or close a segment here, and the
 ledger is the only record of what was charged, so a restart never charges a second twice.
+
+The ledger in memory holds only what is open: at start it resumes from the database's sums
+(`books.py`), and once it holds `keep_at_most` written entries it forgets them but for the
+charges of open segments, so neither a restart nor a long uptime costs time or memory in
+proportion to the ledger's history.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, update
 from sqlalchemy.engine import Connection
 
+from gpu_arbiter.control.books import read_books
 from gpu_arbiter.control.jobrows import LiveJob
 from gpu_arbiter.control.metrics import Metrics
 from gpu_arbiter.control.state import LoopState
@@ -52,14 +57,17 @@ class Segment:
 
 
 class Accounts:
-    """The loop's books: the ledger and how much of it is in the database (`persisted`), the
-    price table (`charges`), budgets, spend and burn rate per team, and the open segments."""
+    """The loop's books: the ledger's open tail and how much of the book is in the database
+    (`persisted`), the price table (`charges`), budgets, spend and burn rate per team, and the
+    open segments."""
 
-    def __init__(self, metrics: Metrics, accrue_s: float) -> None:
+    def __init__(self, metrics: Metrics, accrue_s: float, keep_at_most: int = 10_000) -> None:
         self.metrics = metrics
         self.accrue_s = accrue_s
+        self.keep_at_most = keep_at_most
         self.ledger = Ledger()
         self.persisted = 0
+        self.lost_gpu_s = 0.0  # what the lost-GPU-hours counter has counted
         # Charges already in the database that grew since: seq -> the credits written.
         self.grown: dict[int, float] = {}
         self.spent: dict[str, float] = {}
@@ -70,20 +78,29 @@ class Accounts:
         self.last_accrual = 0.0
         self.last_budget_check = 0.0
 
-    def load(self, conn: Connection) -> None:
-        """The price table and the whole ledger from the database; spend recounted."""
+    def load(self, conn: Connection, now: float) -> None:
+        """The price table, and the ledger resumed from the database's sums (`books.py`):
+        balances, spend, the budget period `now` is in, the open segments' charges."""
         prices = setting(conn, "prices")
         self.charges = ChargeModel(PriceTable.from_dict(prices) if prices else PriceTable())
-        rows = conn.execute(select(LEDGER.c.entry).order_by(LEDGER.c.seq)).all()
-        self.ledger = Ledger.from_lines(json.dumps(r.entry) for r in rows)
+        budgets = self.budgets
+        index = budgets.period_index(now)
+        books = read_books(
+            conn, index, budgets.period_start(index), budgets.period_start(index + 1)
+        )
+        self.ledger = Ledger.resume(books.next_seq, books.opening, books.open_charges)
+        self.budgets = Budgets(self.ledger, budgets.budgets, budgets.policy)
+        self.budgets.seed(books.period_net, books.granted)
         self.persisted = len(self.ledger)
         self.grown = {}
-        self.spent = {}
-        for e in self.ledger.entries():
-            self._count_spend(e)
+        self.spent = books.spent
+        self.metrics.lost_gpu_hours.inc(max(0.0, books.lost_gpu_seconds - self.lost_gpu_s) / 3600)
+        self.lost_gpu_s = max(self.lost_gpu_s, books.lost_gpu_seconds)
 
     def set_teams(self, teams: Iterable[Team]) -> None:
-        self.budgets = Budgets.for_teams(self.ledger, teams)
+        self.budgets.set_budgets(
+            {t.name: t.budget_per_period for t in teams if t.budget_per_period is not None}
+        )
 
     # -- run segments ----------------------------------------------------------------------
 
@@ -227,6 +244,16 @@ class Accounts:
         self.persisted += len(new)
         for e in new:
             self._count_spend(e)
+        if len(self.ledger.entries()) > self.keep_at_most:
+            self.forget()
+
+    def forget(self) -> None:
+        """Let the ledger forget the entries written, but for the charges of open segments
+        (their end may refund them, their next accrual grow them); budgets fold them first."""
+        self.budgets.fold()
+        self.ledger.forget(
+            e.seq for job_id, seg in self.segs.items() for e in self.accrued(job_id, seg.start)
+        )
 
     def _flush_grown(self, conn: Connection) -> None:
         if not self.grown:
@@ -248,16 +275,19 @@ class Accounts:
         self.grown = {}
 
     def _count_spend(self, e: Any) -> None:
+        lost = 0.0
         if e.kind == "charge":
             self.spent[e.team] = self.spent.get(e.team, 0.0) + e.credits
             if e.reason in (LOST_WORK, RERUN):
-                self.metrics.lost_gpu_hours.inc(e.gpu_seconds / 3600)
+                lost = e.gpu_seconds
         elif e.kind == "refund":
             self.spent[e.team] = self.spent.get(e.team, 0.0) - e.credits
             if e.reason == FAILURE_ABSORBED and e.start is not None:
                 # Lost seconds charged as they ran (`accrue`), given back when the run failed.
-                charge = next(c for c in self.ledger.audit(e.job_id) if c.seq == e.refund_of)
-                self.metrics.lost_gpu_hours.inc(charge.gpus * (e.end - e.start) / 3600)
+                lost = self.ledger.entry(e.refund_of).gpus * (e.end - e.start)
+        if lost:
+            self.lost_gpu_s += lost
+            self.metrics.lost_gpu_hours.inc(lost / 3600)
 
 
 def observe(st: LoopState, accounts: Accounts, metrics: Metrics, last_cycle: Any) -> None:

@@ -71,7 +71,7 @@ class Rebuild:
             value = {"hex": secrets.token_hex(32)}
             conn.execute(insert(SETTINGS).values(key="secret", value=value))
         st.secret = bytes.fromhex(value["hex"])
-        self.accounts.load(conn)
+        self.accounts.load(conn, tx.now)
         st.next_seq = (conn.execute(select(func.max(JOBS.c.seq))).scalar() or 0) + 1
         st.keys = {
             (r.team, r.client_key): (r.id, r.request_hash)

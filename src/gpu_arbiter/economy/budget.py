@@ -18,7 +18,9 @@ A team without a budget (not in the mapping) is not metered: it can always spend
 An exhausted team (nothing left) keeps running work, but new admissions are capped at
 `exhausted_tier` (default tier 3: preemptible, exploratory only). The engine asks
 `effective_tier(team, requested_tier, now)` at admission; it is a lookup, not a scan, because
-each team's postings are folded once and cached per period as the append-only ledger grows.
+the ledger's entries are folded once into net credits per team and period as the ledger grows.
+A ledger that holds only the tail of a longer book (`Ledger.resume`) comes with the sums of
+what it does not hold (`seed`).
 """
 
 from __future__ import annotations
@@ -62,17 +64,33 @@ class Budgets:
         budgets: Mapping[str, float],
         policy: BudgetPolicy | None = None,
     ) -> None:
+        self.ledger = ledger
+        self.budgets: dict[str, float] = {}
+        self.set_budgets(budgets)
+        self.policy = policy or BudgetPolicy()
+        # Per team: net credits per period index and the periods it was granted, folded from
+        # the ledger's entries before seq `_folded`. Derived from the ledger; extended, never
+        # rewritten.
+        self._folded = 0
+        self._net: dict[str, dict[int, float]] = {}
+        self._granted: dict[str, set[str]] = {}
+
+    def set_budgets(self, budgets: Mapping[str, float]) -> None:
+        """Each team's credits per period from now on; teams not in `budgets` are not metered."""
         for team, credits in budgets.items():
             if not (credits >= 0 and math.isfinite(credits)):
                 raise InvalidInput(f"budget for team {team}: must be >= 0 credits, got {credits}")
-        self.ledger = ledger
         self.budgets = dict(budgets)
-        self.policy = policy or BudgetPolicy()
-        # Per team: how many of its account's entries are folded, net credits per period index,
-        # and the periods it was granted. Derived from the ledger; extended, never rewritten.
-        self._folded: dict[str, int] = {}
-        self._net: dict[str, dict[int, float]] = {}
-        self._granted: dict[str, set[str]] = {}
+
+    def seed(self, net: Mapping[str, Mapping[int, float]], granted: Mapping[str, set[str]]) -> None:
+        """Start from the sums of the entries the ledger does not hold (it was `resume`d and
+        has posted nothing since): net credits per team and period index, and the periods each
+        team was granted. Only the periods a caller will ask about are needed."""
+        if len(self.ledger.entries()) or self._folded:
+            raise InvalidInput("budgets: seed a resumed ledger before anything is posted")
+        self._net = {team: dict(by_index) for team, by_index in net.items()}
+        self._granted = {team: set(names) for team, names in granted.items()}
+        self._folded = len(self.ledger)
 
     @classmethod
     def for_teams(
@@ -102,9 +120,9 @@ class Budgets:
         index = self.period_index(now)
         name = self.period_name(index)
         posted = []
+        self.fold()
         for team, credits in self.budgets.items():
-            self._fold(team)
-            if name not in self._granted[team]:
+            if name not in self._granted.get(team, ()):
                 posted.append(self.ledger.grant(team, credits, name, self.period_start(index)))
         return posted
 
@@ -116,8 +134,8 @@ class Budgets:
             return math.inf
         if self.policy.carry_over:
             return self.ledger.balance(team_account(team))
-        self._fold(team)
-        return self._net[team].get(self.period_index(now), 0.0)
+        self.fold()
+        return self._net.get(team, {}).get(self.period_index(now), 0.0)
 
     def can_spend(self, team: str, now: float) -> bool:
         return self.remaining(team, now) > 0
@@ -134,24 +152,23 @@ class Budgets:
         """Count a charge that grew in place (`Ledger.extend`, within one period): when its
         team's fold had already read it, the team's net for that period drops by what it
         added; otherwise the fold reads the grown charge whole."""
-        account = team_account(old.team)
-        if self.ledger.position(account, old.seq) >= self._folded.get(old.team, 0):
+        if old.seq >= self._folded:
             return
         index = self.period_index(old.at)
         assert index == self.period_index(new.at), "a charge grows within its period only"
-        net = self._net[old.team]
+        net = self._net.setdefault(old.team, {})
         net[index] = net.get(index, 0.0) - (new.credits - old.credits)
 
-    def _fold(self, team: str) -> None:
-        account = team_account(team)
-        new = self.ledger.entries(account, since=self._folded.get(team, 0))
-        net = self._net.setdefault(team, {})
-        granted = self._granted.setdefault(team, set())
-        for e in new:
+    def fold(self) -> None:
+        """Fold the entries posted since the last fold (each touches one team's account); a
+        ledger about to `forget` its entries is folded first."""
+        for e in self.ledger.entries(since=self._folded):
+            account = team_account(e.team)
+            net = self._net.setdefault(e.team, {})
             index = self.period_index(e.at)
             net[index] = net.get(index, 0.0) + sum(
                 p.amount for p in e.postings if p.account == account
             )
             if e.kind == GRANT and e.period is not None:
-                granted.add(e.period)
-        self._folded[team] = self._folded.get(team, 0) + len(new)
+                self._granted.setdefault(e.team, set()).add(e.period)
+        self._folded = len(self.ledger)

@@ -18,6 +18,12 @@ refund names the charge it returns (`refund_of`) and can never return more than 
 its earlier refunds; a refund of some of a charge's seconds names them too ([start, end), inside
 the charge's interval), so an audit still adds up to job-seconds.
 
+A ledger may hold only the tail of a longer book (`resume`, `forget`): the balances of the
+entries before it (each summed from their postings, by the database or by this ledger before it
+forgot them) and the earlier charges a later entry may still refund or grow. So a service that
+has posted for years keeps in memory, and reads at start, what is still open, not its history;
+the database keeps every entry.
+
 Entries are frozen and the ledger has no delete: a mistake is corrected by a refund. The one
 change it allows is `extend`: a charge nothing refers to yet may grow to a later end, so a job
 charged as it runs (E5) has one charge per stretch of its run, not one per minute; every second
@@ -31,7 +37,7 @@ from __future__ import annotations
 import json
 import math
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -106,19 +112,71 @@ class Entry:
                 out[f.name] = value
         return out
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], where: str = "ledger entry") -> Entry:
+        """An entry from its `to_json` dict, its types checked (the ledger checks the rest)."""
+        try:
+            return _EntryModel.model_validate(data).to_entry()
+        except ValidationError as e:
+            raise first_error(where, e) from None
+
 
 class Ledger:
     """The append-only book. Posting methods validate first and change nothing on error."""
 
     def __init__(self) -> None:
         self._entries: list[Entry] = []
+        # A tail of a longer book: _entries[0] has seq _base; the balances of the entries before
+        # it, and those of them that may still be refunded or grown (charges of open segments).
+        self._base = 0
+        self._opening: dict[str, float] = {}
+        self._known: dict[int, Entry] = {}
         # Indexes of entry positions, rebuilt from the entries themselves (derived, not state).
         self._by_account: dict[str, list[int]] = {}
         self._by_job: dict[str, list[int]] = {}
         self._refunded: dict[int, float] = {}
 
     def __len__(self) -> int:
-        return len(self._entries)
+        """Entries in the whole book, those forgotten included: the next entry's seq."""
+        return self._base + len(self._entries)
+
+    @classmethod
+    def resume(
+        cls,
+        next_seq: int,
+        opening: Mapping[str, float],
+        open_charges: Iterable[Entry] = (),
+    ) -> Ledger:
+        """A ledger that carries on a book of `next_seq` entries it does not hold: `opening`
+        is each account's balance in that book, `open_charges` the charges of it that later
+        entries may refund or grow (none of them refunded yet)."""
+        ledger = cls()
+        ledger._base = next_seq
+        ledger._opening = dict(opening)
+        for e in open_charges:
+            if e.kind != CHARGE or not 0 <= e.seq < next_seq:
+                raise InvalidInput(f"resume: entry {e.seq} is not an earlier charge")
+            _check(e, e.seq)
+            ledger._known[e.seq] = e
+            ledger._by_job.setdefault(e.job_id or "", []).append(e.seq)
+        for seqs in ledger._by_job.values():
+            seqs.sort()
+        return ledger
+
+    def forget(self, keep: Iterable[int]) -> None:
+        """Let go of the entries held, keeping each account's balance and the charges `keep`
+        (those that may still be refunded or grown), so memory does not grow with history."""
+        known = {seq: self._at(seq) for seq in keep}
+        refunded = {seq: self._refunded[seq] for seq in known if seq in self._refunded}
+        self._opening = {a: self.balance(a) for a in {*self._opening, *self._by_account}}
+        self._base = len(self)
+        self._entries = []
+        self._known = known
+        self._refunded = refunded
+        self._by_account = {}
+        self._by_job = {}
+        for seq in sorted(known):
+            self._by_job.setdefault(known[seq].job_id or "", []).append(seq)
 
     # -- posting -------------------------------------------------------------------------------
 
@@ -126,7 +184,7 @@ class Ledger:
         """Give `team` its budget for `period` (E1)."""
         return self._append(
             Entry(
-                seq=len(self._entries),
+                seq=len(self),
                 kind=GRANT,
                 at=float(at),
                 team=team,
@@ -158,7 +216,7 @@ class Ledger:
         """Charge `team` for `gpus` GPUs of `gpu_type` held by `job_id` over [start, end)."""
         return self._append(
             Entry(
-                seq=len(self._entries),
+                seq=len(self),
                 kind=CHARGE,
                 at=float(at),
                 team=team,
@@ -167,7 +225,7 @@ class Ledger:
                 reason=reason,
                 job_id=job_id,
                 gpu_type=gpu_type,
-                tier=_tier(tier, len(self._entries)),
+                tier=_tier(tier, len(self)),
                 gpus=float(gpus),
                 start=float(start),
                 end=float(end),
@@ -191,12 +249,12 @@ class Ledger:
         """Return `credits` of an earlier charge to its team; `start`/`end` name the seconds of
         the charge returned when it is not all of them."""
         seq = of_entry.seq if isinstance(of_entry, Entry) else of_entry
-        original = self._charge_at(seq, len(self._entries))
+        original = self._charge_at(seq, len(self))
         if isinstance(of_entry, Entry) and of_entry != original:
             raise InvalidInput(f"refund: entry {seq} is not the charge in this ledger")
         return self._append(
             Entry(
-                seq=len(self._entries),
+                seq=len(self),
                 kind=REFUND,
                 at=float(at),
                 team=original.team,
@@ -232,40 +290,42 @@ class Ledger:
             gpu_seconds=original.gpus * (float(end) - original.start),
         )
         _check(grown, grown.seq)
-        self._entries[grown.seq] = grown
+        if grown.seq < self._base:
+            self._known[grown.seq] = grown
+            for p, q in zip(original.postings, grown.postings, strict=True):
+                self._opening[p.account] = self._opening.get(p.account, 0.0) + q.amount - p.amount
+        else:
+            self._entries[grown.seq - self._base] = grown
         return grown
 
     # -- reading -------------------------------------------------------------------------------
 
     def entry(self, seq: int) -> Entry:
         """The entry at position `seq`."""
-        if not 0 <= seq < len(self._entries):
+        if not (self._base <= seq < len(self) or seq in self._known):
             raise InvalidInput(f"ledger: no entry {seq}")
-        return self._entries[seq]
+        return self._at(seq)
 
     def balance(self, account: str) -> float:
-        return math.fsum(
+        held = (
             p.amount
             for i in self._by_account.get(account, ())
-            for p in self._entries[i].postings
+            for p in self._at(i).postings
             if p.account == account
         )
+        return math.fsum([self._opening.get(account, 0.0), *held])
 
     def entries(self, account: str | None = None, since: int = 0) -> tuple[Entry, ...]:
-        """All entries, or those touching `account`; `since` skips that many of them first,
-        so a reader that folds the ledger incrementally only looks at what is new."""
+        """The entries held, or those of them touching `account`, from seq `since` on, so a
+        reader that folds the ledger incrementally only looks at what is new."""
         if account is None:
-            return tuple(self._entries[since:])
-        return tuple(self._entries[i] for i in self._by_account.get(account, [])[since:])
-
-    def position(self, account: str, seq: int) -> int:
-        """How many of `account`'s entries come before entry `seq`: its index in
-        `entries(account)` when it touches the account."""
-        return bisect_left(self._by_account.get(account, []), seq)
+            return tuple(self._entries[max(0, since - self._base) :])
+        seqs = self._by_account.get(account, [])
+        return tuple(self._at(i) for i in seqs[bisect_left(seqs, since) :])
 
     def audit(self, job_id: str) -> tuple[Entry, ...]:
         """Every charge and refund of `job_id`, in order: each charge names its GPU-seconds."""
-        return tuple(self._entries[i] for i in self._by_job.get(job_id, ()))
+        return tuple(self._at(i) for i in self._by_job.get(job_id, ()))
 
     def refunded(self, charge: Entry | int) -> float:
         """Credits already refunded of a charge."""
@@ -278,13 +338,19 @@ class Ledger:
         return max(0.0, charge.credits - self.refunded(charge))
 
     def check_balanced(self) -> None:
-        """Raise `LedgerError` unless every entry and the whole book sum to zero."""
+        """Raise `LedgerError` unless every entry held and the whole book sum to zero. The
+        opening balances of a tail were each rounded once, so their sum may miss zero by that
+        rounding (1e-9 of their size), never by a missing or unbalanced entry."""
         for e in self._entries:
             if len(e.postings) != 2 or math.fsum(p.amount for p in e.postings) != 0.0:
                 raise LedgerError(f"ledger entry {e.seq} does not balance: {e.postings}")
         total = math.fsum(p.amount for e in self._entries for p in e.postings)
         if total != 0.0:
             raise LedgerError(f"ledger does not balance: postings sum to {total}")
+        opening = math.fsum(self._opening.values())
+        size = math.fsum(abs(v) for v in self._opening.values())
+        if abs(opening) > 1e-9 * max(1.0, size):
+            raise LedgerError(f"ledger does not balance: opening balances sum to {opening}")
 
     # -- files ---------------------------------------------------------------------------------
 
@@ -323,7 +389,7 @@ class Ledger:
     # -- internals -----------------------------------------------------------------------------
 
     def _append(self, entry: Entry) -> Entry:
-        _check(entry, len(self._entries))
+        _check(entry, len(self))
         if entry.kind == REFUND:
             assert entry.refund_of is not None
             original = self._charge_at(entry.refund_of, entry.seq)
@@ -352,9 +418,13 @@ class Ledger:
         return entry
 
     def _charge_at(self, seq: int, now_seq: int) -> Entry:
-        if not 0 <= seq < len(self._entries) or self._entries[seq].kind != CHARGE:
+        held = self._base <= seq < len(self) or seq in self._known
+        if not held or self._at(seq).kind != CHARGE:
             raise InvalidInput(f"ledger entry {now_seq}: refund_of {seq} is not a charge")
-        return self._entries[seq]
+        return self._at(seq)
+
+    def _at(self, seq: int) -> Entry:
+        return self._entries[seq - self._base] if seq >= self._base else self._known[seq]
 
 
 def _postings(

@@ -1,0 +1,155 @@
+"""Start-up benchmark: what a restart costs over a long ledger.
+
+    python -m bench.ledger_bench [--entries 200000] [--running 300]
+
+Writes a SQLite ledger the way the previous release's live accrual did (one "run" charge per
+running job per minute: `--entries` of them, spread over jobs long finished, plus ten minutes
+of each of `--running` jobs still running), then times the loop's start-up read of its books
+(`Accounts.load`, control/books.py) and counts the entries it parsed into Python. Since the
+books are read as sums, the time should barely move with `--entries` and the entries parsed
+are the running jobs' open charges only. Writes bench/results/ledger_bench.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import insert
+
+from gpu_arbiter.control.accounting import Accounts
+from gpu_arbiter.control.metrics import Metrics
+from gpu_arbiter.control.store import JOBS, LEDGER, insert_rows, open_database
+from gpu_arbiter.domain import JobSpec
+from gpu_arbiter.economy import ChargeModel, Entry, Ledger
+
+NOW = 1_800_000_000.0
+CHUNK = 50_000
+
+
+def _write_ledger(engine, entries: int, running: int) -> None:
+    """`entries` minute charges of finished jobs (100 h each), then 10 of each running job."""
+    book, model = Ledger(), ChargeModel()
+    with engine.begin() as conn:
+        for j in range(running):
+            conn.execute(
+                insert(JOBS).values(
+                    id=f"r{j}",
+                    seq=j + 1,
+                    team=f"t{j % 10}",
+                    state="running",
+                    tier=1,
+                    spec={},
+                    submitted_at=NOW - 600,
+                    seg_start=NOW - 600,
+                    seg_gpu_type="H100",
+                    seg_gpus=4,
+                    seg_tier=1,
+                )
+            )
+
+    def minutes(job_id: str, team: str, start: float, n: int) -> None:
+        spec = JobSpec(id=job_id, team=team, gpus=4, tier=1)
+        for k in range(n):
+            a = start + 60 * k
+            model.charge_segment(
+                book, spec, gpu_type="H100", tier=1, gpus=4, start=a, end=a + 60, preemptible=False
+            )
+            if len(book.entries()) >= CHUNK:
+                _flush(engine, book)
+
+    for k in range(0, entries, 6000):
+        minutes(f"old{k}", f"t{k % 10}", NOW - 90 * 86_400 + k * 60, min(6000, entries - k))
+    for j in range(running):
+        minutes(f"r{j}", f"t{j % 10}", NOW - 600, 10)
+    _flush(engine, book)
+
+
+def _flush(engine, book: Ledger) -> None:
+    rows = [
+        {
+            "seq": e.seq,
+            "kind": e.kind,
+            "team": e.team,
+            "job_id": e.job_id,
+            "at": e.at,
+            "credits": e.credits,
+            "entry": e.to_json(),
+        }
+        for e in book.entries()
+    ]
+    if rows:
+        with engine.begin() as conn:
+            insert_rows(conn, LEDGER, rows)
+    book.forget(())
+
+
+def measure(entries: int, running: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = open_database(str(Path(tmp) / "ledger.db"))
+        try:
+            _write_ledger(engine, entries, running)
+            parsed = 0
+            from_json = Entry.from_json.__func__  # type: ignore[attr-defined]
+
+            def counting(cls, data, where="ledger entry"):
+                nonlocal parsed
+                parsed += 1
+                return from_json(cls, data, where)
+
+            Entry.from_json = classmethod(counting)  # type: ignore[method-assign]
+            accounts = Accounts(Metrics(), 60.0)
+            try:
+                t0 = time.perf_counter()
+                with engine.connect() as conn:
+                    accounts.load(conn, NOW)
+                seconds = time.perf_counter() - t0
+                tracemalloc.start()  # a second load, traced (tracing slows it down)
+                with engine.connect() as conn:
+                    Accounts(Metrics(), 60.0).load(conn, NOW)
+                peak = tracemalloc.get_traced_memory()[1]
+                tracemalloc.stop()
+            finally:
+                Entry.from_json = classmethod(from_json)  # type: ignore[method-assign]
+        finally:
+            engine.dispose()
+    return {
+        "ledger_entries": float(len(accounts.ledger)),
+        "running_jobs": float(running),
+        "startup_s": seconds,
+        "peak_mib": peak / 2**20,
+        "entries_parsed": float(parsed) / 2,  # per load
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--entries", type=int, default=200_000)
+    ap.add_argument("--running", type=int, default=300)
+    args = ap.parse_args()
+    runs = [measure(n, args.running) for n in (args.entries // 10, args.entries)]
+    table = Table(title="start-up over a ledger of minute charges (SQLite, traced memory)")
+    for col in ("ledger entries", "running jobs", "start-up s", "peak MiB", "entries parsed"):
+        table.add_column(col, justify="right")
+    for r in runs:
+        table.add_row(
+            f"{r['ledger_entries']:,.0f}",
+            f"{r['running_jobs']:.0f}",
+            f"{r['startup_s']:.2f}",
+            f"{r['peak_mib']:.1f}",
+            f"{r['entries_parsed']:,.0f}",
+        )
+    Console().print(table)
+    out = Path(__file__).resolve().parent / "results" / "ledger_bench.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(runs, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
