@@ -1,5 +1,5 @@
-"""The README's and docs/results' relative links lead to files that exist, so a results page
-that is folded away or renamed cannot leave a dead link behind."""
+"""The relative links of the README and of every page under docs/ lead to files that exist, so
+a page that is folded away or renamed cannot leave a dead link behind."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PAGES = [REPO / "README.md", *sorted((REPO / "docs" / "results").glob("*.md"))]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
