@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import insert
 
-from gpu_arbiter.control.accounting import Accounts
+from gpu_arbiter.control.accounting import Accounts, ledger_row
 from gpu_arbiter.control.metrics import Metrics
 from gpu_arbiter.control.store import JOBS, LEDGER, insert_rows, open_database
 from gpu_arbiter.domain import JobSpec
@@ -72,18 +72,7 @@ def _write_ledger(engine, entries: int, running: int) -> None:
 
 
 def _flush(engine, book: Ledger) -> None:
-    rows = [
-        {
-            "seq": e.seq,
-            "kind": e.kind,
-            "team": e.team,
-            "job_id": e.job_id,
-            "at": e.at,
-            "credits": e.credits,
-            "entry": e.to_json(),
-        }
-        for e in book.entries()
-    ]
+    rows = [ledger_row(e) for e in book.entries()]
     if rows:
         with engine.begin() as conn:
             insert_rows(conn, LEDGER, rows)

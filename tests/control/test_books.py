@@ -12,6 +12,7 @@ import math
 import pytest
 from sqlalchemy import func, select
 
+from gpu_arbiter.control.accounting import ledger_row
 from gpu_arbiter.control.store import LEDGER, insert_rows, open_database
 from gpu_arbiter.domain import JobSpec, Team
 from gpu_arbiter.economy import Budgets, ChargeModel, Entry, Ledger
@@ -54,22 +55,7 @@ def write_old_minutes(loop, spec: JobSpec, start: float, minutes: int) -> None:
                 end=start + 60 * (k + 1),
                 preemptible=False,
             )
-        insert_rows(
-            conn,
-            LEDGER,
-            [
-                {
-                    "seq": e.seq,
-                    "kind": e.kind,
-                    "team": e.team,
-                    "job_id": e.job_id,
-                    "at": e.at,
-                    "credits": e.credits,
-                    "entry": e.to_json(),
-                }
-                for e in tail.entries()
-            ],
-        )
+        insert_rows(conn, LEDGER, [ledger_row(e) for e in tail.entries()])
 
 
 def assert_books_match(loop, teams: list[Team]) -> Ledger:

@@ -41,6 +41,20 @@ from gpu_arbiter.economy import (
 from gpu_arbiter.economy.chargeback import LOST_WORK, RERUN
 
 
+def ledger_row(e: Entry) -> dict[str, object]:
+    """The ledger table's row of an entry: the entry itself as JSON, plus the columns the
+    start-up sums and the dashboard's queries filter on."""
+    return {
+        "seq": e.seq,
+        "kind": e.kind,
+        "team": e.team,
+        "job_id": e.job_id,
+        "at": e.at,
+        "credits": e.credits,
+        "entry": e.to_json(),
+    }
+
+
 @dataclass(slots=True)
 class Segment:
     """The run segment a job is in: what it holds since when, up to when it was charged
@@ -225,22 +239,7 @@ class Accounts:
         new = self.ledger.entries(since=self.persisted)
         if not new:
             return
-        insert_rows(
-            conn,
-            LEDGER,
-            [
-                {
-                    "seq": e.seq,
-                    "kind": e.kind,
-                    "team": e.team,
-                    "job_id": e.job_id,
-                    "at": e.at,
-                    "credits": e.credits,
-                    "entry": e.to_json(),
-                }
-                for e in new
-            ],
-        )
+        insert_rows(conn, LEDGER, [ledger_row(e) for e in new])
         self.persisted += len(new)
         for e in new:
             self._count_spend(e)
