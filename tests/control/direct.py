@@ -40,33 +40,48 @@ class Executor:
         return [Running(j, list(p.gpus_by_node)) for j, p in self.jobs.items()]
 
 
+class Clock:
+    """A wall clock moved by hand, starting at the real time."""
+
+    def __init__(self) -> None:
+        self.t = time.time()
+
+    def __call__(self) -> float:
+        return self.t
+
+
 def advance(loop: ControlLoop, seconds: float) -> float:
-    """Move the loop's wall clock ahead by hand (`_now` never goes back, so a floor ahead of
-    the real time is the time the loop sees); returns the new time."""
-    loop._last_now = max(loop._last_now, time.time()) + seconds
-    return loop._last_now
+    """Move the loop's wall clock ahead by hand; returns the new time."""
+    return set_time(loop, loop.now() + seconds)
+
+
+def set_time(loop: ControlLoop, t: float) -> float:
+    """Set the loop's wall clock (e.g. a second loop, after a restart, to the first one's)."""
+    assert isinstance(loop.clock, Clock)
+    loop.clock.t = t
+    return t
 
 
 def new_loop(db, tmp_path, executor: Executor) -> ControlLoop:
     # No agent sends heartbeats here: the node must not be found silent when time jumps.
     cfg = ServerConfig(state_dir=tmp_path, accrue_s=60.0, heartbeat_timeout_s=1e9)
-    loop = ControlLoop(db, executor, cfg)  # type: ignore[arg-type]
-    loop._load()
+    loop = ControlLoop(db, executor, cfg, clock=Clock())  # type: ignore[arg-type]
+    loop.load()
     return loop
 
 
 def call(loop: ControlLoop, fn, *args):
-    return loop._transaction(lambda tx: fn(tx, *args))
+    return loop.transaction(lambda tx: fn(tx, *args))
 
 
 def tick(loop: ControlLoop) -> None:
     """A tick one second later (a cycle runs at most every `cycle_interval_s`)."""
-    loop._last_now += 1.0
-    loop._transaction(loop._tick)
+    advance(loop, 1.0)
+    loop.tick()
 
 
 def row(loop: ControlLoop, job_id: str) -> dict:
-    with loop._begin() as conn:
+    with loop.connection() as conn:
         return job_row(conn, job_id)
 
 

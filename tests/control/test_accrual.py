@@ -24,6 +24,7 @@ from tests.control.direct import (
     charges,
     new_loop,
     row,
+    set_time,
     setup,
     submit,
     tick,
@@ -47,7 +48,7 @@ def test_a_running_job_is_charged_as_it_runs_and_a_restart_charges_no_second_twi
     job = submit(loop, "a", gpus=4, tier=1)
     tick(loop)
     started = row(loop, job)["started_at"]
-    assert job in executor.jobs and started == loop._last_now
+    assert job in executor.jobs and started == loop.now()
 
     advance(loop, 119)
     tick(loop)  # 120 s after the start
@@ -65,7 +66,7 @@ def test_a_running_job_is_charged_as_it_runs_and_a_restart_charges_no_second_twi
     # A restart reads what was charged from the ledger: the end charges only the rest.
     loop2 = new_loop(db, tmp_path, executor)
     assert loop2.state.sched is not None and job in loop2.state.sched.running
-    loop2._last_now = started + 200
+    set_time(loop2, started + 200)
     call(loop2, loop2.commands.cancel, ADMIN, job)
     pieces = charges(loop2, job)
     assert [(e.start, e.end) for e in pieces] == [
@@ -87,18 +88,18 @@ def test_a_team_that_spends_its_budget_mid_run_runs_on_at_the_exhausted_tier(db,
     job = submit(loop, "a", gpus=8, tier=1)
     tick(loop)
     assert job in executor.jobs
-    assert loop.accounts.budgets.can_spend("a", loop._last_now)
+    assert loop.accounts.budgets.can_spend("a", loop.now())
 
     advance(loop, 1800)
     tick(loop)
-    assert loop.accounts.budgets.can_spend("a", loop._last_now) and row(loop, job)["tier"] == 1
+    assert loop.accounts.budgets.can_spend("a", loop.now()) and row(loop, job)["tier"] == 1
     advance(loop, 1800)
     tick(loop)
-    assert not loop.accounts.budgets.can_spend("a", loop._last_now)
+    assert not loop.accounts.budgets.can_spend("a", loop.now())
     assert loop.state.sched is not None and int(loop.state.sched.jobs[job].tier) == 3
     now = row(loop, job)
     assert now["state"] == "running" and now["tier"] == 3 and "budget" in now["reason"]
-    demoted_at = loop._last_now
+    demoted_at = loop.now()
     # From now on it is billed at the exhausted tier's (preemptible) price.
     advance(loop, 60)
     tick(loop)
@@ -150,7 +151,7 @@ def test_work_lost_to_a_node_failure_counts_whole_though_part_of_it_was_charged_
     started = row(loop, job)["started_at"]
     advance(loop, 119)
     tick(loop)  # charged for [start, start + 120)
-    loop._last_now = started + 150
+    set_time(loop, started + 150)
     call(loop, loop.commands.node_state, ADMIN, "n1", False, "fan")
     lost = loop.metrics.lost_gpu_hours._value.get()  # no checkpoint: all 150 s are lost
     assert lost == pytest.approx(4 * 150 / 3600)
@@ -162,7 +163,7 @@ def _ledger_rows(loop, job_id: str | None = None) -> list[dict]:
     q = select(LEDGER.c.entry).order_by(LEDGER.c.seq)
     if job_id is not None:
         q = q.where(LEDGER.c.job_id == job_id)
-    with loop._begin() as conn:
+    with loop.connection() as conn:
         return [r.entry for r in conn.execute(q)]
 
 
@@ -193,7 +194,7 @@ def test_a_job_running_for_hours_leaves_a_bounded_number_of_ledger_rows_and_the_
     assert billed_to > started + 3 * 3600 - 120
     advance(loop, 30)
     call(loop, loop.commands.cancel, ADMIN, job)
-    ended = loop._last_now
+    ended = loop.now()
     assert len(_ledger_rows(loop, job)) == 2
 
     book = Ledger.from_lines(json.dumps(e) for e in _ledger_rows(loop))
@@ -236,13 +237,13 @@ def test_a_restart_mid_run_charges_each_second_exactly_once(db, tmp_path):
 
     loop2 = new_loop(db, tmp_path, executor)
     assert loop2.accounts.spent["a"] == pytest.approx(charged, rel=1e-12)
-    loop2._last_now = loop._last_now
+    set_time(loop2, loop.now())
     _run_minutes(loop2, 30)
-    loop2._reload()  # what a failed transaction does: the books again from the database
+    loop2.load()  # what a failed transaction does: the books again from the database
     _run_minutes(loop2, 30)
     advance(loop2, 30)
     call(loop2, loop2.commands.cancel, ADMIN, job)
-    ended = loop2._last_now
+    ended = loop2.now()
     pieces = [e for e in _ledger_rows(loop2, job) if e["kind"] == "charge"]
     assert len(pieces) == 2  # the grown one and the rest at the end
     assert [(p["start"], p["end"]) for p in pieces] == [
@@ -260,7 +261,7 @@ def test_a_charge_never_grows_into_the_next_budget_period(db, tmp_path):
     loop = new_loop(db, tmp_path, executor)
     period_s = loop.accounts.budgets.policy.period_s
     boundary = (math.floor(time.time() / period_s) + 1) * period_s
-    loop._last_now = boundary - 600
+    set_time(loop, boundary - 600)
     setup(loop, {"a": 1000.0}, quota=8)
     job = submit(loop, "a", gpus=4, tier=1)
     tick(loop)

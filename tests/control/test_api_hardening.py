@@ -11,7 +11,7 @@ import pytest
 
 from gpu_arbiter.control.auth import Principal
 from gpu_arbiter.control.config import ServerConfig
-from gpu_arbiter.control.loop import ControlLoop, _Command
+from gpu_arbiter.control.loop import Command, ControlLoop
 from gpu_arbiter.control.schemas import MAX_ID, TeamPut
 from gpu_arbiter.control.store import open_database
 from tests.control.harness import ADMIN, NoBackend, start_server, wait_for
@@ -81,7 +81,7 @@ def test_integers_past_what_the_database_stores_are_refused_not_a_500(live):
 def loop(tmp_path):
     db = open_database(str(tmp_path / "a.db"))
     loop = ControlLoop(db, NoBackend(), ServerConfig(state_dir=tmp_path))  # type: ignore[arg-type]
-    loop._load()
+    loop.load()
     yield loop
     db.dispose()
 
@@ -92,16 +92,16 @@ def test_a_command_that_fails_in_the_database_fails_alone_not_its_batch(loop):
     it. Now the batch is run again command by command: only the bad one fails."""
     admin = Principal("admin", None, 1)
     put = loop.commands.put_team
-    batch = [_Command(put, (admin, f"team{i}", TeamPut()), Future()) for i in (1, 2)]
-    bad = _Command(loop.commands.revoke_token, (admin, TOO_BIG), Future())
+    batch = [Command(put, (admin, f"team{i}", TeamPut()), Future()) for i in (1, 2)]
+    bad = Command(loop.commands.revoke_token, (admin, TOO_BIG), Future())
     batch.insert(1, bad)
-    batch.append(_Command(loop.commands.put_team, (admin, "team3", TeamPut()), Future()))
-    loop._commands(batch)
-    assert bad.future.exception(timeout=0) is not None  # resolved by `_commands` itself
+    batch.append(Command(loop.commands.put_team, (admin, "team3", TeamPut()), Future()))
+    loop.run_batch(batch)
+    assert bad.future.exception(timeout=0) is not None  # resolved by `run_batch` itself
     for cmd in batch:
         if cmd is not bad:
             assert cmd.future.result(timeout=0)["name"].startswith("team")
-    loop._load()
+    loop.load()
     assert set(loop.state.teams) == {"team1", "team2", "team3"}
 
 

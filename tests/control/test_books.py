@@ -17,7 +17,18 @@ from gpu_arbiter.control.store import LEDGER, insert_rows, open_database
 from gpu_arbiter.domain import JobSpec, Team
 from gpu_arbiter.economy import Budgets, ChargeModel, Entry, Ledger
 from gpu_arbiter.economy.report import team_bills
-from tests.control.direct import ADMIN, Executor, advance, call, new_loop, row, setup, submit, tick
+from tests.control.direct import (
+    ADMIN,
+    Executor,
+    advance,
+    call,
+    new_loop,
+    row,
+    set_time,
+    setup,
+    submit,
+    tick,
+)
 from tests.control.harness import database
 
 HISTORY_JOBS, HISTORY_MINUTES = 20, 60  # 1200 minute charges of jobs long finished
@@ -33,7 +44,7 @@ def db(request, tmp_path):
 
 def whole_ledger(loop) -> Ledger:
     """Every entry in the database, each re-checked (what `/v1/bill` and an auditor read)."""
-    with loop._begin() as conn:
+    with loop.connection() as conn:
         rows = conn.execute(select(LEDGER.c.entry).order_by(LEDGER.c.seq)).all()
     return Ledger.from_lines(json.dumps(r.entry) for r in rows)
 
@@ -41,7 +52,7 @@ def whole_ledger(loop) -> Ledger:
 def write_old_minutes(loop, spec: JobSpec, start: float, minutes: int) -> None:
     """One "run" charge per minute of [start, start + minutes·60), appended to the database's
     ledger as the previous release's accrual wrote them."""
-    with loop._begin() as conn:
+    with loop.connection() as conn:
         top = conn.execute(select(func.max(LEDGER.c.seq))).scalar()
         tail = Ledger.resume(0 if top is None else top + 1, {})
         for k in range(minutes):
@@ -62,7 +73,7 @@ def assert_books_match(loop, teams: list[Team]) -> Ledger:
     """The loop's spend and budgets are what the whole ledger in the database says."""
     whole = whole_ledger(loop)
     whole.check_balanced()
-    now = loop._last_now
+    now = loop.now()
     budgets = Budgets.for_teams(whole, teams)
     for bill in team_bills(whole):
         assert loop.accounts.spent.get(bill.team, 0.0) == pytest.approx(
@@ -106,7 +117,7 @@ def test_a_restart_reads_the_open_charges_not_the_history_and_the_books_stay_exa
     assert len(parsed) == 10  # the running job's open charges, whatever the history's length
     assert loop2.accounts.ledger.entries() == ()
     assert len(loop2.accounts.ledger) == HISTORY_JOBS * HISTORY_MINUTES + 10 + 1  # + the grant
-    loop2._last_now = started + 10 * 60
+    set_time(loop2, started + 10 * 60)
     assert_books_match(loop2, teams)
 
     # It runs on: its next accrual starts one growing charge after the old minutes ...
@@ -117,7 +128,7 @@ def test_a_restart_reads_the_open_charges_not_the_history_and_the_books_stay_exa
     # ... and a node failure with no checkpoint saved gives back every second it was charged.
     advance(loop2, 30)
     call(loop2, loop2.commands.node_state, ADMIN, "n1", False, "fan")
-    ended = loop2._last_now
+    ended = loop2.now()
     whole = assert_books_match(loop2, teams)
     held = [e for e in whole.audit(job) if e.kind == "charge"]
     assert math.fsum(e.gpu_seconds for e in held) == pytest.approx(4 * (ended - started))
@@ -152,7 +163,7 @@ def test_a_long_uptime_keeps_only_the_open_part_of_the_ledger_in_memory(db, tmp_
     assert_books_match(loop, teams)
     advance(loop, 30)
     call(loop, loop.commands.cancel, ADMIN, long)
-    ended = loop._last_now
+    ended = loop.now()
     whole = assert_books_match(loop, teams)
     runs = [e for e in whole.audit(long) if e.kind == "charge"]
     assert len(runs) == 2  # the charge that grew while it ran, then the rest

@@ -10,6 +10,7 @@ from gpu_arbiter.cli.serve import register_inventory
 from gpu_arbiter.control.config import ServerConfig
 from gpu_arbiter.control.loop import ControlLoop
 from gpu_arbiter.control.store import TABLES, open_database
+from tests.control.direct import Clock
 from tests.control.harness import NoBackend
 
 # `scontrol show node -o` as Debian's slurm-wlm 22.05 prints it: node2 stopped answering Slurm's
@@ -48,14 +49,15 @@ class RecordedSlurm(SlurmBackend):
 
 def test_each_node_poll_refreshes_the_heartbeat_of_every_node_slurm_calls_healthy(tmp_path):
     db = open_database(str(tmp_path / "a.db"))
-    loop = ControlLoop(db, NoBackend(), ServerConfig(state_dir=tmp_path))  # type: ignore[arg-type]
+    clock = Clock()
+    loop = ControlLoop(db, NoBackend(), ServerConfig(state_dir=tmp_path), clock=clock)  # type: ignore[arg-type]
     slurm = RecordedSlurm(tmp_path / "jobs", partition="gpu")
     loop.start()
     try:
         register_inventory(loop, slurm)
         assert set(loop.state.nodes) == {"node1"}  # node2 does not answer Slurm, login has no GPU
         first = loop.state.nodes["node1"]["last_heartbeat"]
-        loop._last_now = first + 10.0  # the next poll, 10 s later
+        clock.t = first + 10.0  # the next poll, 10 s later
         register_inventory(loop, slurm)
         assert loop.state.nodes["node1"]["last_heartbeat"] >= first + 10.0
         nodes = TABLES["nodes"]

@@ -12,7 +12,7 @@ from sqlalchemy import select, text
 
 from gpu_arbiter.control.auth import Principal
 from gpu_arbiter.control.config import ServerConfig
-from gpu_arbiter.control.loop import ControlLoop, _Command
+from gpu_arbiter.control.loop import Command, ControlLoop
 from gpu_arbiter.control.schemas import JobSubmit, NodeRegister, TeamPut
 from gpu_arbiter.control.store import (
     AUDIT,
@@ -67,20 +67,20 @@ def test_a_setting_is_added_then_replaced_in_place(engine):
 def _loop(engine, tmp_path) -> ControlLoop:
     """A loop (not started: the test runs its batches) with one 8-GPU node and team t."""
     loop = ControlLoop(engine, NoBackend(), ServerConfig(state_dir=tmp_path))  # type: ignore[arg-type]
-    loop._load()
+    loop.load()
     admin = Principal("admin", None, 0)
     node = NodeRegister(gpu_type="H100", gpus=8)
-    loop._transaction(lambda tx: loop.commands.register_node(tx, admin, "n1", node))
-    loop._transaction(loop._tick)
-    loop._transaction(lambda tx: loop.commands.put_team(tx, admin, "t", TeamPut(quota={"H100": 4})))
-    loop._transaction(loop._tick)
+    loop.transaction(lambda tx: loop.commands.register_node(tx, admin, "n1", node))
+    loop.tick()
+    loop.transaction(lambda tx: loop.commands.put_team(tx, admin, "t", TeamPut(quota={"H100": 4})))
+    loop.tick()
     return loop
 
 
-def _submit(loop: ControlLoop, key: str, gpus: int = 1) -> _Command:
+def _submit(loop: ControlLoop, key: str, gpus: int = 1) -> Command:
     req = JobSubmit(command=f"run {key}", gpus=gpus, tier=1 + gpus % 3)
     who = Principal("team", "t", 1)
-    return _Command(loop.commands.submit, (who, req, key, f"hash-{key}-{gpus}"), Future())
+    return Command(loop.commands.submit, (who, req, key, f"hash-{key}-{gpus}"), Future())
 
 
 def test_a_batch_of_submissions_is_written_once_each(engine, tmp_path):
@@ -90,7 +90,7 @@ def test_a_batch_of_submissions_is_written_once_each(engine, tmp_path):
     loop = _loop(engine, tmp_path)
     batch = [_submit(loop, f"k{i}", 1 + i % 8) for i in range(40)]
     batch += [_submit(loop, "k3", 4), _submit(loop, "k-too-big", 64)]
-    loop._commands(batch)
+    loop.run_batch(batch)
 
     assert [c.future.result()[1] for c in batch[:40]] == [True] * 40
     assert batch[40].future.result() == (batch[3].future.result()[0], False)
@@ -129,5 +129,5 @@ def test_a_connection_the_database_dropped_is_replaced_before_the_next_batch(eng
             conn.commit()  # a transaction sees one snapshot of pg_stat_activity
             time.sleep(0.01)  # gone from it after its goodbye reached the loop's socket
     batch = [_submit(loop, f"k{i}") for i in range(3)]
-    loop._commands(batch)
+    loop.run_batch(batch)
     assert [c.future.result()[0]["id"] for c in batch] == ["j1", "j2", "j3"]

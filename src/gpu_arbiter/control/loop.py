@@ -58,7 +58,9 @@ log = logging.getLogger("gpu_arbiter.control")
 
 
 @dataclass(slots=True)
-class _Command:
+class Command:
+    """One request for the loop: `fn(tx, *args)`, its result or error set on `future`."""
+
     fn: Callable[..., Any]
     args: tuple
     future: Future
@@ -70,7 +72,11 @@ _STOP = object()
 class ControlLoop:
     """The loop's thread and its timing. What it knows is `state` (`LoopState`) and
     `accounts` (the books); `commands` are what the API hands it, `apply` turns decisions and
-    events into rows and backend calls, `rebuild` fills the state from the database."""
+    events into rows and backend calls, `rebuild` fills the state from the database.
+
+    Without its thread (tests, tools) the loop is driven by `load`, `transaction`, `run_batch`
+    and `tick`, and `clock` is the wall clock it stamps rows and decisions with (one moved by
+    hand makes an hour pass in a test); its thread waits on real time either way."""
 
     def __init__(
         self,
@@ -79,8 +85,10 @@ class ControlLoop:
         config: ServerConfig,
         auth: Authenticator | None = None,
         metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.db = db
+        self.clock = clock
         self._conn: Connection | None = None
         self.backend = backend
         self.cfg = config
@@ -112,7 +120,7 @@ class ControlLoop:
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._load()
+        self.load()
         # The cluster's capacity index and the state just loaded live as long as the process:
         # frozen, they are left out of the collector's full passes, which on a 100k-GPU
         # cluster would stall a scheduling cycle for tens of milliseconds each time.
@@ -140,7 +148,7 @@ class ControlLoop:
         """Run `fn(tx, *args)` on the loop in the next batch; the future resolves after the
         commit (or with the command's error)."""
         fut: Future = Future()
-        self._inbox.put(_Command(fn, args, fut))
+        self._inbox.put(Command(fn, args, fut))
         return fut
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -153,7 +161,7 @@ class ControlLoop:
 
     def _run(self) -> None:
         while True:
-            batch: list[_Command] = []
+            batch: list[Command] = []
             stop = False
             try:
                 item = self._inbox.get(timeout=self._timeout())
@@ -168,17 +176,16 @@ class ControlLoop:
             except queue.Empty:
                 pass
             if batch:
-                self._commands(batch)
-            if stop or time.time() >= self._next_tick():
+                self.run_batch(batch)
+            if stop or time.time() >= self.next_tick_at():
                 try:
-                    self._transaction(self._tick)
+                    self.tick()
                 except Exception:
                     log.exception("control loop tick failed; state was rebuilt from the database")
-                self._last_tick = time.time()
             if stop:
                 return
 
-    def _next_tick(self) -> float:
+    def next_tick_at(self) -> float:
         """When the tick is due: every `tick_s`, sooner when a change awaits its cycle (there
         are nodes to run one on) and at once when the engine must be rebuilt. Not after every
         batch: under a stream of submissions that was a second transaction, a backend poll and
@@ -191,17 +198,22 @@ class ControlLoop:
         return due
 
     def _timeout(self) -> float:
-        return min(self.cfg.tick_s, max(0.0, self._next_tick() - time.time()))
+        return min(self.cfg.tick_s, max(0.0, self.next_tick_at() - time.time()))
 
-    def _now(self) -> float:
-        self._last_now = max(self._last_now, time.time())
+    def now(self) -> float:
+        """The loop's time: `clock`, never going back (a clock stepped back by NTP must not
+        make a job end before it started)."""
+        self._last_now = max(self._last_now, self.clock())
         return self._last_now
 
-    def _transaction(self, work: Callable[[Tx], Any]) -> Any:
+    def transaction(self, work: Callable[[Tx], Any]) -> Any:
+        """`work(tx)` in one database transaction at `now()`, the books flushed with it and the
+        backend actions it queued run after the commit; on failure the state is rebuilt from
+        the database and the error raised."""
         tx = None
         try:
-            with self._begin() as conn:
-                tx = Tx(conn, self._now())
+            with self.connection() as conn:
+                tx = Tx(conn, self.now())
                 out = work(tx)
                 tx.flush()
                 self.accounts.flush(conn)
@@ -216,7 +228,7 @@ class ControlLoop:
         return out
 
     @contextmanager
-    def _begin(self) -> Iterator[Connection]:
+    def connection(self) -> Iterator[Connection]:
         """A transaction on the loop's own connection, kept from one transaction to the next:
         taking one from the pool for each batch cost a round trip to PostgreSQL per batch (the
         pool's liveness ping). One the database has dropped is replaced before it is used."""
@@ -227,7 +239,7 @@ class ControlLoop:
         with self._conn.begin():
             yield self._conn
 
-    def _commands(self, batch: list[_Command]) -> None:
+    def run_batch(self, batch: list[Command]) -> None:
         """Run a batch of commands in one transaction. Should it fail (a bug, a database
         error), the state has been rebuilt from the database and each command is run again in
         a transaction of its own, so a bad command fails alone, never its neighbours."""
@@ -245,14 +257,14 @@ class ControlLoop:
             return results
 
         try:
-            results = self._transaction(work)
+            results = self.transaction(work)
         except Exception as e:
             if len(batch) > 1:
                 log.warning(
                     "a batch of %d requests failed (%s); running them one by one", len(batch), e
                 )
                 for cmd in batch:
-                    self._commands([cmd])
+                    self.run_batch([cmd])
                 return
             log.exception("a request failed")
             batch[0].future.set_exception(e)
@@ -268,15 +280,15 @@ class ControlLoop:
 
     def _reload(self) -> None:
         try:
-            self._load()
+            self.load()
         except Exception:
             log.exception("rebuilding from the database failed")
 
-    def _load(self) -> None:
+    def load(self) -> None:
         """(Re)build all in-memory state from the database, then reconcile with the backend
         (`rebuild.py`)."""
-        with self._begin() as conn:
-            tx = Tx(conn, self._now())
+        with self.connection() as conn:
+            tx = Tx(conn, self.now())
             self.rebuild.load(tx)
             tx.flush()
             self.accounts.flush(conn)
@@ -284,6 +296,14 @@ class ControlLoop:
             action()
 
     # -- the tick: backend events, health, budgets, the cycle ------------------------------
+
+    def tick(self) -> None:
+        """One tick in a transaction of its own (what the thread runs when `next_tick_at` is
+        due)."""
+        try:
+            self.transaction(self._tick)
+        finally:
+            self._last_tick = time.time()
 
     def _tick(self, tx: Tx) -> None:
         now, st = tx.now, self.state
