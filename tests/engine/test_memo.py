@@ -112,3 +112,60 @@ def test_jobs_that_can_start_nowhere_are_not_tried_again_for_a_type_none_of_them
     assert {t: r.job_id for t, r in sched.reservations.items()} == {"H100": "a-0"}
     sched.finished("b-slow", 50.0)
     assert sched.cycle(50.0).started == 2  # 8 A100s free: two of them start there
+
+
+def two_types():
+    return cluster(
+        {"name": "fast", "nodes": 1, "gpu_type": "H100"},
+        {"name": "slow", "nodes": 1, "gpu_type": "A100"},
+    )
+
+
+def test_a_job_kept_off_one_type_by_a_reservation_starts_once_the_other_has_room():
+    """Backfill: "late" may not delay "wide"'s reserved start on the H100s (it ends after the
+    shadow time) and finds the A100s full, though it would end before the A100 reservation's
+    shadow time: set aside. A short A100 job ending leaves room enough: it starts there."""
+    sched = Scheduler(two_types(), (), "backfill")
+    for name, gpus, duration, gpu_type in (
+        ("long", 6, 1000.0, "H100"),
+        ("a100-long", 6, 10_000.0, "A100"),
+        ("a100-short", 2, 50.0, "A100"),
+    ):
+        spec = job(name, gpus=gpus, duration=duration, walltime_s=duration, gpu_types={gpu_type: 1})
+        sched.submit(spec, 0.0)
+    assert sched.cycle(0.0).started == 3
+    sched.submit(job("wide", gpus=8, walltime_s=100.0, gpu_types={"H100": 1}), 1.0)
+    sched.submit(job("a100-wide", gpus=8, walltime_s=100.0, gpu_types={"A100": 1}), 1.0)
+    both = {"H100": 1.0, "A100": 0.87}
+    sched.submit(job("late", gpus=2, duration=10.0, walltime_s=5000.0, gpu_types=both), 2.0)
+    for t in (2.0, 3.0, 4.0):
+        assert sched.cycle(t).started == 0
+    assert sched.set_aside("late") == "blocked"
+    assert {t: r.job_id for t, r in sched.reservations.items()} == {
+        "H100": "wide",
+        "A100": "a100-wide",
+    }
+    sched.finished("a100-short", 50.0)
+    decisions = sched.cycle(50.0).decisions
+    assert [(d.job_id, d.allocation.gpu_type) for d in decisions] == [("late", "A100")]
+
+
+def test_a_job_that_can_start_nowhere_under_backfill_waits_for_free_gpus_not_releases():
+    """Without quotas or preemption only GPUs freed in number can end a hopeless wait: a job of
+    its own team ending with too few GPUs freed gives it no try."""
+    sched = Scheduler(two_types(), (), "backfill")
+    for name, gpus, duration, gpu_type in (
+        ("h100-all", 8, 1e6, "H100"),
+        ("a100-most", 6, 1e6, "A100"),
+        ("a100-short", 2, 5.0, "A100"),
+    ):
+        sched.submit(job(name, gpus=gpus, duration=duration, gpu_types={gpu_type: 1}), 0.0)
+    assert sched.cycle(0.0).started == 3
+    both = {"H100": 1.0, "A100": 0.87}
+    sched.submit(job("big", gpus=4, walltime_s=200.0, gpu_types=both), 1.0)
+    assert sched.cycle(1.0).started == 0
+    assert sched.set_aside("big") == "hopeless"
+    sched.finished("a100-short", 5.0)  # its team's release, 2 A100s free: too few
+    assert sched.cycle(5.0).started == 0
+    assert sched.last_try["big"] == 1.0  # no try since
+    assert sched.set_aside("big") == "hopeless"

@@ -10,7 +10,9 @@ signature (shape, tier, team, quota standing).
 A job whose try failed is stamped (`_blocked_stamp`) and is not tried again until the stamp
 changes; a job that can neither be placed nor preempt for (`_hopeless`) is stamped with only
 what can end its wait (releases, starts of possible victims), the cheap check most jobs of a
-long queue get every cycle.
+long queue get every cycle. A job that only backfill reservations keep off every accepted type
+(`_barred_stamp`) gets, once its stamp changed, the few comparisons that show them still
+barring it (`_still_barred`) in place of a whole try.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ TIERS = (1, 2, 3)
 # to run at least 2**b seconds (the last band, about 68 years and beyond, those without one).
 RUN_BANDS = 32
 HOPELESS = "hopeless"  # marks a blocked stamp made by `Stamps._hopeless`
+BARRED = "barred"  # marks a blocked stamp made by `Stamps._barred_stamp`
 
 
 def run_band(run: float) -> int:
@@ -87,12 +90,20 @@ class Stamps:
         of it runs (or nobody the policy lets it stop), jobs of that tier started there that
         are expected to run long enough to be its victims (`Policy.victim_min_run`), and
         running jobs there that became victims by a policy's order changing with time
-        (`Scheduler.reranked`).
+        (`Scheduler.reranked`); for a policy that neither preempts nor has quotas, nothing but
+        GPUs freed in number (no wake list).
         Placement is only ever refused here for too few free GPUs, so power and topology need
         no stamp."""
         if job.spec.gpu_milli < MILLI:
             return None  # may fit on a GPU already shared
         free = self.index.type_free
+        if not self.policy.preemption and not self.policy.quotas:
+            # Nothing to take from and no quota to get back within: only GPUs freed in
+            # number end the wait.
+            for t in job.types:
+                if free[t] >= n:
+                    return None
+            return (HOPELESS, int(job.tier), n, None)
         wake = []
         for t in job.types:
             if free[t] >= n:
@@ -133,6 +144,11 @@ class Stamps:
         if job.tier != tier:
             return False
         free = self.index.type_free
+        if wake is None:  # it watches free GPUs only (`_hopeless`)
+            for t in types:
+                if free[t] >= n:
+                    return False
+            return True
         core, team, releases = job.tier == Tier.CORE, job.team, self.quota.releases
         for t, (seen, starts, reranks) in zip(types, wake, strict=True):
             if free[t] >= n:
@@ -178,11 +194,90 @@ class Stamps:
                     return False
                 if tried[0] not in reservations:
                     reservations[tried[0]] = self._reservation_for(job, tried[0], n, now)
+        elif stamp[0] == BARRED:
+            if unreserved:
+                return False
+            _, seen, tried, n, runs = stamp
+            blocked = self._blocked_stamp(job, now)
+            if blocked != seen:
+                if not self._still_barred(job, tried, n, runs, now, ctx):
+                    return False
+                self._blocked[job.id] = (BARRED, blocked, tried, n, runs)
+                types = tried
         elif unreserved or self._blocked_stamp(job, now) != stamp:
             return False
         else:
             n = start_sizes(job.spec, self.policy.elastic)[-1]  # the smallest a try asks for
         self._note_blocked(types, n, ctx)
+        return True
+
+    def _barred_stamp(
+        self, job: Job, types: list[str], n: int, now: float, ctx: CycleContext
+    ) -> tuple | None:
+        """The stamp of a failed try that found every type it tried (`types`, in order) either
+        barred by a count reservation it may not delay or short of `n` free GPUs, for a policy
+        that neither preempts nor has quotas and a job with one start size of whole GPUs:
+        nothing else can have made the try fail (see `_still_barred`). It holds the
+        `_blocked_stamp`, the types, the size and the job's estimated run on each type (fixed
+        while it waits). None for any other try."""
+        policy = self.policy
+        if policy.preemption or policy.quotas or ctx.kept_for is None or not types:
+            return None
+        spec = job.spec
+        if spec.gpu_milli < MILLI or len(start_sizes(spec, policy.elastic)) > 1:
+            return None
+        free = self.index.type_free
+        runs = []
+        for t in types:
+            res = self._reservation_over(job, t, ctx)
+            if res is not None and not self._backfill_ok(res, job, t, n, now):
+                if res.node is not None:
+                    return None
+            elif free[t] >= n:
+                return None
+            runs.append(self.est_runtime(job, t, n))
+        return (BARRED, self._blocked_stamp(job, now), tuple(types), n, tuple(runs))
+
+    def _still_barred(
+        self, job: Job, types: tuple, n: int, runs: tuple, now: float, ctx: CycleContext
+    ) -> bool:
+        """Whether a `_barred_stamp`ed job's try would fail the same way again, and if so what
+        that try notes (`engine.waiting`, `last_try`). Its try is no `_hopeless` one while some
+        accepted type has `n` GPUs free; it tries the same types while the policy offers them;
+        and on each it either skips placement, where a count reservation of a job walked before
+        it (`_reservation_over`), not its own, has fewer spare GPUs than `n` and a shadow time
+        before the end of its run there (time passing only moves that end later), or finds
+        fewer than `n` GPUs free."""
+        free = self.index.type_free
+        for t in job.types:
+            if free[t] >= n:
+                break
+        else:
+            return False
+        if tuple(self._candidate_types(job, ctx)) != types:
+            return False
+        reservations, jobs, policy = ctx.reservations, self.jobs, self.policy
+        kept_for = None
+        for t, run in zip(types, runs, strict=True):
+            res = reservations.get(t)
+            if (
+                res is not None
+                and res.job_id != job.id
+                and now + run > res.shadow_time
+                and n > res.extra
+            ):
+                holder = jobs.get(res.job_id)
+                if holder is None or (
+                    holder.tier <= job.tier and not policy.passes_reservation(ctx.view, job, holder)
+                ):
+                    if res.node is not None:
+                        return False
+                    kept_for = res.job_id
+                    continue
+            if free[t] >= n:
+                return False
+        self.last_try[job.id] = now
+        self._waits[job.id] = (n, kept_for, False)
         return True
 
     def _starts_of(self, gpu_type: str, tiers: tuple[int, ...], band: int = 0) -> int:

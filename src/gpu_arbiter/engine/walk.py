@@ -159,7 +159,11 @@ class Walk:
             if t not in ctx.reservations:
                 ctx.reservations[t] = self._reservation_for(job, t, n, now)
         if self.policy.incremental and not ctx.timely:
-            self._blocked[job.id] = hopeless or self._blocked_stamp(job, now)
+            self._blocked[job.id] = (
+                hopeless
+                or self._barred_stamp(job, types, n, now, ctx)
+                or self._blocked_stamp(job, now)
+            )
 
     def _note_blocked(self, types: list[str], n: int, ctx: CycleContext) -> None:
         """A job wanting `n` GPUs is blocked on these types: they count as stranded where
