@@ -445,6 +445,18 @@ def _num(x: float) -> str:
     return "inf" if math.isinf(x) else f"{x:.3f}"
 
 
+def ratio_text(x: float) -> str:
+    """A ratio (`ratio`) as the tables print it: to three decimals, or to as many more as it
+    takes for a ratio that is no tie not to read 1 (values tie only when equal to a millionth,
+    `ties`, so a 0.02 % win is a win and shows as 0.9998)."""
+    if math.isinf(x) or x == 1.0:
+        return _num(x)
+    digits = 3
+    while float(f"{x:.{digits}f}") == 1.0:
+        digits += 1
+    return f"{x:.{digits}f}"
+
+
 def table(setting: str, rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     """Header and cells of a setting's per-trace table."""
     header = ["trace", "jobs"]
@@ -463,7 +475,7 @@ def table(setting: str, rows: list[Row]) -> tuple[list[str], list[list[str]]]:
                 continue
             v, ours, baseline, best, x = j
             unit = UNITS[key]
-            line += [f"{_num(x)} {v}", f"{ours:.3f} {unit} vs {baseline} {best:.3f} {unit}"]
+            line += [f"{ratio_text(x)} {v}", f"{ours:.3f} {unit} vs {baseline} {best:.3f} {unit}"]
         cells.append(line)
     return header, cells
 
@@ -539,10 +551,11 @@ def markdown(
     out += [
         "Each trace replays under each policy and seed; a KPI is the mean over the seeds, and a "
         "ratio is Arbiter's over the best baseline's on that KPI (below 1: Arbiter is better; "
-        "1: a tie; `inf`: the baseline has 0). Settings: *mechanics*, every job at tier 3 "
-        "(`--tier-field mix --tier-mix 0,0,1`); *tiers*, tiers as `arbiter bench` reads them "
-        "(the format's tier field, else drawn 15/35/50 %). Failures are on at SPEC F3's rates, "
-        "as in `arbiter bench`.",
+        "1: a tie, the two equal to a millionth, and a ratio that is no tie shows as many "
+        "decimals as it takes to differ from 1; `inf`: the baseline has 0). Settings: "
+        "*mechanics*, every job at tier 3 (`--tier-field mix --tier-mix 0,0,1`); *tiers*, "
+        "tiers as `arbiter bench` reads them (the format's tier field, else drawn 15/35/50 %). "
+        "Failures are on at SPEC F3's rates, as in `arbiter bench`.",
         "",
         "Clusters: Tiresias' 60_job on each of its cluster files; Gavel traces on "
         f"`{DEFAULT_GAVEL_CLUSTER}` (as `make bench-traces`); Alibaba pod lists on "

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.corpus import Row, build_yarn, main, ratio, summarise
+from bench.corpus import Row, build_yarn, main, ratio, ratio_text, summarise
 
 FIXTURES = Path(__file__).parent / "fixtures" / "traces"
 
@@ -25,6 +25,16 @@ def test_ratios_tie_at_one_and_a_zero_baseline_is_infinite() -> None:
     assert ratio(0.0, 0.0) == 1.0
     assert ratio(2.0 * (1 + 1e-9), 2.0) == 1.0
     assert ratio(5.0, 0.0) == math.inf
+
+
+def test_a_printed_ratio_reads_1_only_for_a_tie() -> None:
+    # 5.8800 against 5.8812 is a win (no tie: they differ by more than a millionth).
+    assert ratio_text(ratio(5.8800, 5.8812)) == "0.9998"
+    assert ratio_text(ratio(7.371, 7.367)) == "1.001"
+    assert ratio_text(ratio(2.0 * (1 + 3e-6), 2.0)) == "1.000003"
+    assert ratio_text(ratio(2.0 * (1 + 1e-9), 2.0)) == "1.000"  # a tie
+    assert ratio_text(ratio(1.8, 2.0)) == "0.900"
+    assert ratio_text(ratio(5.0, 0.0)) == "inf"
 
 
 def test_mechanics_goals_against_hand_computed_values() -> None:
@@ -151,7 +161,7 @@ def test_the_tool_writes_the_record_and_resumes_from_its_cache(tmp_path: Path) -
             continue
         cells = [c.strip() for c in line.strip("|").split("|")]
         ours, best = (float(x) for x in cells[3].replace(" h", "").split(" vs fifo "))
-        assert cells[2].split()[0] == f"{ratio(ours, best):.3f}"
+        assert cells[2].split()[0] == ratio_text(ratio(ours, best))
     tables = [line for line in doc.splitlines() if line.startswith("| trace |")]
     assert tables[0].count("|") == 5 and tables[1].count("|") == 9  # mechanics, tiers
     assert doc.count("PASS: ") + doc.count("FAIL: ") == 4
