@@ -94,6 +94,9 @@ class ArbiterPolicy(Policy):
         self._steady: dict[str, tuple[object, float, discipline.Standing]] = {}
         self._held: dict[str, tuple[int, float, dict[discipline.Standing, int]]] = {}
         self._victim_gpus: dict[tuple[str, discipline.Standing], int] = {}
+        # By job: (its progress and attained GPU-time, the standing they give,
+        # `discipline.standing`), for pending jobs, whose standing is asked for on every try.
+        self._standings: dict[str, tuple[float, float, discipline.Standing]] = {}
         self.now = 0.0
 
     def rank_key(self, job: Job) -> tuple:
@@ -119,9 +122,20 @@ class ArbiterPolicy(Policy):
         return (
             self.time_share
             and job.tier == victim.tier == Tier.EXPLORATORY
-            and discipline.beats(discipline.standing(job), self._standing(victim))
+            and discipline.beats(self._standing_of(job), self._standing(victim))
             and discipline.may_displace(sched.fair.share, job, victim, within_quota)
         )
+
+    def _standing_of(self, job: Job) -> discipline.Standing:
+        """`discipline.standing(job)`, worked out again only once the job's progress or
+        attained GPU-time changed (a pending job's never does while it waits)."""
+        progress, attained = job.progress_s, job.attained_gpu_s
+        known = self._standings.get(job.id)
+        if known is not None and known[0] == progress and known[1] == attained:
+            return known[2]
+        s = discipline.standing(job)
+        self._standings[job.id] = (progress, attained, s)
+        return s
 
     def _standing(self, victim: Job) -> discipline.Standing:
         """A running job's standing now (`_held_on` worked most of them out)."""
@@ -139,18 +153,18 @@ class ArbiterPolicy(Policy):
         fair = sched.fair
         share = fair.share(job.team)
         served_less = frozenset(t for t in fair.alloc if fair.share(t) < share)
-        return (discipline.standing(job), served_less)
+        return (self._standing_of(job), served_less)
 
     def may_have_victims(self, sched, job: Job, gpu_type: str, within_quota: bool) -> bool:
         """The tier rules' victims, or for a job whose only victims are tier-3 jobs it
         outranks: whether the type's free GPUs and those such jobs hold (by standing,
         `_held_on`) add up to its size. A job found to have none is set aside until a start
         or a rise on the type (`SchedulerView.reranked`) may give it some."""
-        if not super().may_have_victims(sched, job, gpu_type, within_quota):
+        if not self._time_shares(job) or super().victim_tiers(job, within_quota):
+            return super().may_have_victims(sched, job, gpu_type, within_quota)
+        if not sched.running_by_tier[(gpu_type, Tier.EXPLORATORY)]:
             return False
-        if super().victim_tiers(job, within_quota) or not self._time_shares(job):
-            return True
-        mine = discipline.standing(job)
+        mine = self._standing_of(job)
         key = (gpu_type, mine)
         victims = self._victim_gpus.get(key)
         if victims is None:
@@ -284,6 +298,8 @@ class ArbiterPolicy(Policy):
             return
         if len(self._steady) > 2 * len(sched.running) + 64:  # forget jobs that stopped
             self._steady = {k: v for k, v in self._steady.items() if k in sched.running}
+        if len(self._standings) > 2 * len(sched.queue) + 64:  # forget jobs that started
+            self._standings = {k: v for k, v in self._standings.items() if k in sched.queue}
         for t, (_, until, _) in list(self._held.items()):
             if now >= until:
                 self._held_on(sched, t)
