@@ -227,13 +227,15 @@ class ArbiterPolicy(Policy):
         if len(speeds) > 4 * PLAN_DEPTH:  # forget jobs that left the queue
             self._plan_speeds = speeds = {k: v for k, v in speeds.items() if k in queue}
         order = []
+        key, pending = self._planned_first_key, JobState.PENDING
         for j in head:
-            if j.id not in speeds:
+            by_speed = speeds.get(j.id, ())
+            if by_speed == ():
                 types = tuple(sched.types_by_speed(j))
                 by_speed = (types, tuple(sched.speed(j, t) for t in types))
-                speeds[j.id] = by_speed if len(types) > 1 else None
-            if speeds[j.id] is not None and j.state == JobState.PENDING:
-                order.append((self._planned_first_key(j, *speeds[j.id], free), j))
+                by_speed = speeds[j.id] = by_speed if len(types) > 1 else None
+            if by_speed is not None and j.state == pending:
+                order.append((key(j, *by_speed, free), j))
         order.sort(key=itemgetter(0))
         self._plan_jobs = [j for _, j in order]
         self._planned_from = made_from
@@ -249,9 +251,12 @@ class ArbiterPolicy(Policy):
         when none has), what it would run at without the fast one: of two jobs wanting the
         last fast node, the one that gains more over the type it would otherwise get goes
         there (not the one that gains more over the slowest type)."""
-        n = j.spec.elastic_range[0]
-        room = (s for t, s in zip(types[1:], speeds[1:], strict=True) if free[t] >= n)
-        fallback = next(room, speeds[-1])
+        if len(types) == 2:
+            fallback = speeds[1]  # the other type, with room or without
+        else:
+            n = j.spec.elastic_range[0]
+            room = (s for t, s in zip(types[1:], speeds[1:], strict=True) if free[t] >= n)
+            fallback = next(room, speeds[-1])
         return (j.tier != Tier.CORE, -speeds[0] / fallback, j.tier, j.seq)
 
     def candidate_types(self, sched, job: Job) -> list[str]:
