@@ -320,15 +320,17 @@ class ArbiterPolicy(Policy):
         held: dict[discipline.Standing, int] = {}
         steady, until, rose = self._steady, math.inf, False
         for v in sched.running_by_tier[(gpu_type, Tier.EXPLORATORY)].values():
-            was = steady.get(v.id)
-            if was is None or was[0] is not v.allocation or now >= was[1]:
+            alloc = v.allocation
+            known = steady.get(v.id)
+            if known is None or known[0] is not alloc or now >= known[1]:
                 s = discipline.standing(v, now)
-                steady[v.id] = (v.allocation, discipline.steady_until(v, now), s)
-                rose = rose or (was is not None and s[0] > was[2][0])
-            else:
-                s = was[2]
-            until = min(until, steady[v.id][1])
-            held[s] = held.get(s, 0) + v.gpus_held
+                if known is not None and s[0] > known[2][0]:
+                    rose = True
+                known = steady[v.id] = (alloc, discipline.steady_until(v, now), s)
+            if known[1] < until:
+                until = known[1]
+            s = known[2]
+            held[s] = held.get(s, 0) + alloc.gpus
         if rose:
             sched.reranked(gpu_type)
         self._held[gpu_type] = (sched.type_epoch(gpu_type), until, held)
