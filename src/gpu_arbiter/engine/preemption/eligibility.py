@@ -82,9 +82,10 @@ class Eligibility:
         (`_shared_gpu_option`)."""
         if v.started_at == now or v.spec.gpu_milli < MILLI:
             return False  # never undo a start of this very cycle
-        shrinks = self.policy.elastic and v.spec.is_elastic and shrunk_allocation(v) is not None
+        # A running job is in `elastic_running` when it is elastic and the policy resizes.
+        shrinks = v.id in self.elastic_running and shrunk_allocation(v) is not None
         if group == "shrink":
-            return v.id in self.elastic_running and shrinks
+            return shrinks
         return int(v.tier) == group and not shrinks
 
     @staticmethod

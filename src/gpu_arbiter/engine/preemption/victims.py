@@ -207,6 +207,9 @@ class Option:
     made_with: tuple[tuple[Allocation | None, bool], ...]  # each job's allocation and flag then
 
     def current(self) -> bool:
+        if len(self.jobs) == 1:  # most options: one whole job
+            (alloc, borrowed), v = self.made_with[0], self.jobs[0]
+            return v.allocation is alloc and v.borrowed == borrowed
         return all(
             v.allocation is alloc and v.borrowed == borrowed
             for v, (alloc, borrowed) in zip(self.jobs, self.made_with, strict=True)
