@@ -31,6 +31,7 @@ TIERS = (1, 2, 3)
 RUN_BANDS = 32
 HOPELESS = "hopeless"  # marks a blocked stamp made by `Stamps._hopeless`
 BARRED = "barred"  # marks a blocked stamp made by `Stamps._barred_stamp`
+NOT_STARTED = (None, 0)  # no job started on a type yet (`Stamps._starts_at`)
 
 
 def run_band(run: float) -> int:
@@ -166,9 +167,11 @@ class Stamps:
         passing: its tier and, per accepted type (and the types sharing its racks' power), every
         start, stop, resize, hold, fault and repair; jobs started at `now` count once `now` has
         passed (they are no victims in their first cycle)."""
+        near, starts_now = self._near_epoch, self._starts_now
         stamp: list = [int(job.tier)]
         for t in job.types:
-            stamp.append((self._near_epoch[t], self._starts_at(t, now)))
+            at, k = starts_now.get(t, NOT_STARTED)
+            stamp.append((near[t], k if at == now else 0))  # `_starts_at`, spelled out
         return tuple(stamp)
 
     def _still_blocked(self, job: Job, stamp: tuple, now: float, ctx: CycleContext) -> bool:
@@ -186,6 +189,10 @@ class Stamps:
             n = stamp[2]
             if not self._still_hopeless(job, stamp, types):
                 return False
+            if not unreserved and not self.policy.preemption:
+                # No type has `n` GPUs free: blocked on all, stranded on none.
+                ctx.blocked_types.update(types)
+                return True
             if unreserved:
                 # A hopeless job's failed try reserves its first candidate type only: the
                 # others may stay unreserved for good, and looking again would not change that.
@@ -254,7 +261,7 @@ class Stamps:
                 break
         else:
             return False
-        if tuple(self._candidate_types(job, ctx)) != types:
+        if not self._fixed_types and tuple(self._candidate_types(job, ctx)) != types:
             return False
         reservations, jobs, policy = ctx.reservations, self.jobs, self.policy
         kept_for = None
@@ -287,7 +294,7 @@ class Stamps:
 
     def _starts_at(self, gpu_type: str, now: float) -> int:
         """Jobs started on the type at `now` (no victims until time has passed)."""
-        at, k = self._starts_now.get(gpu_type, (None, 0))
+        at, k = self._starts_now.get(gpu_type, NOT_STARTED)
         return k if at == now else 0
 
     def _stamp(self, gpu_type: str) -> int:

@@ -49,7 +49,7 @@ from gpu_arbiter.engine.fairshare import FairShare
 from gpu_arbiter.engine.fit import TypeFit
 from gpu_arbiter.engine.memo import HOPELESS, FailureMemo, PendingNotes, Stamps
 from gpu_arbiter.engine.ordering import PendingQueue
-from gpu_arbiter.engine.policy import Backfill, Policy, get_policy
+from gpu_arbiter.engine.policy import Backfill, Heterogeneity, Policy, get_policy
 from gpu_arbiter.engine.preemption.eligibility import Eligibility
 from gpu_arbiter.engine.preemption.grace import Notices
 from gpu_arbiter.engine.preemption.plan import PreemptionStep
@@ -161,6 +161,12 @@ class Scheduler(
         # EASY: read for every blocked job. Only such a policy reads walltime estimates (it
         # ranks victims by them too, `victim_options`).
         self._reserves = self.policy.backfill == Backfill.RESERVE
+        # A policy that keeps `Policy.candidate_types` and takes no slower type by choice
+        # offers every job its accepted types fastest first (`Walk._candidate_types`).
+        self._fixed_types = (
+            type(self.policy).candidate_types is Policy.candidate_types
+            and self.policy.heterogeneity != Heterogeneity.SMART
+        )
         self._preempt_failed = FailureMemo()
 
     def submit(self, spec, now: float) -> Job:

@@ -22,6 +22,8 @@ class Walk:
     """A pending job's try (mixed into `Scheduler`)."""
 
     def _candidate_types(self, job: Job, ctx: CycleContext) -> list[str]:
+        if self._fixed_types:
+            return job.types
         types = self.policy.candidate_types(ctx.view, job)
         if self.policy.heterogeneity != Heterogeneity.SMART or len(types) < 2:
             return types
