@@ -44,6 +44,16 @@ def test_jobs_take_turns_on_the_fast_type_as_their_allocation_says():
     assert types_of(sched, "meh", "keen") == swapped
 
 
+def test_jobs_of_equal_priority_take_turns_in_order_of_arrival():
+    """Three like jobs on one node: each is allocated a third of it, so their priorities tie
+    until one has run; ties go to the earliest arrival (not the name), round after round."""
+    sched = Scheduler(one_node(), policy=GavelPolicy(), config=AT_ONCE)
+    for name in ("c", "a", "b"):
+        sched.submit(job(name, gpus=8, duration=1e5), 0.0)
+    turns = [set(starts(cycle(sched, k * ROUND_S))) for k in range(4)]
+    assert turns == [{"c"}, {"a"}, {"b"}, {"c"}]
+
+
 def test_a_job_chosen_again_keeps_its_gpus_and_a_newcomer_waits_for_the_round_end():
     sched = Scheduler(one_node(), policy=GavelPolicy(reset_interval_s=0.0), config=AT_ONCE)
     sched.submit(job("a", gpus=4, duration=1e5), 10.0)

@@ -62,9 +62,18 @@ class GavelPolicy(Policy):
         self.reset_interval_s = reset_interval_s
         self.round_s = round_s
         self.allocation: dict[str, dict[str, float]] = {}
-        self.received: dict[str, dict[str, float]] = {}  # job -> type -> s since the reset
-        self.type_time: dict[str, float] = {}  # type -> s of all jobs since the reset
-        self.deficit: dict[str, dict[str, float]] = {}  # job -> type -> s owed at resets
+        # The jobs tracked since the last round (the active ones, by arrival), one row each:
+        self.ids: list[str] = []
+        self.row: dict[str, int] = {}
+        self.types: list[str] = []  # the cluster's types, a column each
+        self.col: dict[str, int] = {}
+        self.received = np.zeros((0, 0))  # s on each type since the reset
+        self.deficit = np.zeros((0, 0))  # s owed on each type at resets
+        self.share = np.zeros((0, 0))  # the allocation (0: none)
+        self.allocated = np.zeros(0, dtype=bool)  # whether the allocation counts the job
+        self.runs_on = np.zeros((0, 0), dtype=bool)  # the types the job runs on
+        self.gpus = np.zeros(0, dtype=np.int64)
+        self.type_time = np.zeros(0)  # s of all jobs on each type since the reset
         self.last_reset = 0.0
         self.stale = False  # jobs arrived or left since the allocation was computed
         self.plan: dict[str, str] = {}  # this round: job -> type
@@ -109,9 +118,10 @@ class GavelPolicy(Policy):
                 if job.state == JobState.PENDING:
                     self.unplaced += 1
                 continue
-            self.type_time[t] = self.type_time.get(t, 0.0) + ran
-            if job.id in self.received:
-                self.received[job.id][t] += ran
+            self.type_time[self.col[t]] += ran
+            row = self.row.get(job.id)
+            if row is not None:
+                self.received[row, self.col[t]] += ran
 
     def _sync(self, sched: SchedulerView) -> list[Job]:
         """The active jobs, by arrival; jobs that arrived start with half a round received on
@@ -123,18 +133,39 @@ class GavelPolicy(Policy):
             ],
             key=lambda j: j.seq,
         )
-        ids = {j.id for j in active}
-        for gone in [i for i in self.received if i not in ids]:
-            del self.received[gone]
-            self.deficit.pop(gone, None)
+        ids = [j.id for j in active]
+        if ids == self.ids:
+            return active
+        if not self.types:
+            self.types = list(sched.index.type_total)
+            self.col = {t: k for k, t in enumerate(self.types)}
+            self.type_time = np.zeros(len(self.types))
+            self.received = self.deficit = np.zeros((0, len(self.types)))
+        if set(ids) != set(self.ids):
             self.stale = True
-        types = list(sched.index.type_total)
-        for job in active:
-            if job.id not in self.received:
-                self.received[job.id] = dict.fromkeys(types, self.round_s / 2)
-                self.deficit[job.id] = dict.fromkeys(types, 0.0)
-                self.stale = True
+        old = np.array([self.row.get(i, -1) for i in ids], dtype=np.int64)
+        kept = old >= 0
+        shape = (len(ids), len(self.types))
+        received = np.full(shape, self.round_s / 2)
+        received[kept] = self.received[old[kept]]
+        deficit = np.zeros(shape)
+        deficit[kept] = self.deficit[old[kept]]
+        self.received, self.deficit = received, deficit
+        self.runs_on = np.array(
+            [[t in sched.types_by_speed(j) for t in self.types] for j in active], dtype=bool
+        ).reshape(shape)
+        self.gpus = np.array([j.spec.gpus for j in active], dtype=np.int64)
+        self.ids = ids
+        self.row = {i: k for k, i in enumerate(ids)}
+        self._read_allocation()
         return active
+
+    def _read_allocation(self) -> None:
+        """Each tracked job's row of the allocation."""
+        self.allocated = np.array([i in self.allocation for i in self.ids], dtype=bool)
+        self.share = np.array(
+            [[self.allocation.get(i, {}).get(t, 0.0) for t in self.types] for i in self.ids]
+        ).reshape(len(self.ids), len(self.types))
 
     def _reset(
         self, sched: SchedulerView, active: list[Job], capacity: dict[str, int], now: float
@@ -143,12 +174,9 @@ class GavelPolicy(Policy):
         solve the LP over the active jobs."""
         elapsed = now - self.last_reset
         half = self.round_s / 2
-        for t in capacity:
-            for job_id, got in self.received.items():
-                owed = self.allocation.get(job_id, {}).get(t, 0.0) * elapsed
-                self.deficit[job_id][t] += owed - (got[t] - half)
-                got[t] = half
-            self.type_time[t] = half * len(self.received)
+        self.deficit += self.share * elapsed - (self.received - half)
+        self.received[:] = half
+        self.type_time[:] = half * len(self.ids)
         types = [t for t in capacity if capacity[t] > 0]
         runs = [j for j in active if any(t in types for t in sched.types_by_speed(j))]
         throughput = np.array(
@@ -171,40 +199,49 @@ class GavelPolicy(Policy):
             j.id: dict(zip(types, row.tolist(), strict=True))
             for j, row in zip(runs, x, strict=True)
         }
+        self._read_allocation()
         self.last_reset = now
         self.stale = False
 
     def _choose(self, sched: SchedulerView, active: list[Job], capacity: dict[str, int]) -> None:
         """This round's jobs and types: each type, fastest first, from its priority list."""
-        entries = []
-        for t in sorted(capacity, key=lambda t: -sched.cluster.gpu_types[t].speed):
-            ranked = []
-            for job in active:
-                share = self.allocation.get(job.id, {}).get(t, 0.0)
-                ranked.append(
-                    (self._priority(sched, job, t, share), self.deficit[job.id][t], share, job)
-                )
-            ranked.sort(key=lambda e: e[:3], reverse=True)
-            entries += [(job, t) for *_, job in ranked]
-        left = dict(capacity)
         plan: dict[str, str] = {}
-        for job, t in entries:
-            if left[t] == 0 or job.id in plan or t not in sched.types_by_speed(job):
+        taken = np.zeros(len(self.ids), dtype=bool)
+        for t in sorted(capacity, key=lambda t: -sched.cluster.gpu_types[t].speed):
+            left = capacity[t]
+            if left == 0:
                 continue
-            if job.spec.gpus <= left[t]:
-                left[t] -= job.spec.gpus
-                plan[job.id] = t
+            c = self.col[t]
+            fits = self.runs_on[:, c] & ~taken & (self.gpus <= left)
+            if not fits.any():
+                continue
+            order = np.lexsort(
+                (-self.share[:, c], -self.deficit[:, c], -self._priorities(c))
+            )  # stable: ties keep the order of arrival
+            order = order[fits[order]]
+            smallest = int(self.gpus[order].min())
+            for k in order.tolist():
+                gpus = int(self.gpus[k])
+                if gpus <= left:
+                    left -= gpus
+                    taken[k] = True
+                    plan[self.ids[k]] = t
+                    if left < smallest:
+                        break
         # Gavel gives no workers to a job chosen before any allocation counted it.
-        self.plan = {i: t for i, t in plan.items() if i in self.allocation}
+        self.plan = {i: t for i, t in plan.items() if self.allocated[self.row[i]]}
         chosen = [j for j in active if j.id in self.plan]
         self.round = sorted(chosen, key=lambda j: -j.spec.gpus)
 
-    def _priority(self, sched: SchedulerView, job: Job, t: str, share: float) -> float:
-        if share <= 0 or t not in sched.types_by_speed(job):
-            return 0.0
-        total = self.type_time.get(t, 0.0)
-        fraction = self.received[job.id][t] / total if total > 0 else 0.0
-        return share / fraction if fraction > 0 else share * 1e9
+    def _priorities(self, c: int) -> np.ndarray:
+        """Each job's priority on the type of column `c`: its allocation there over the share
+        of the type's time it received since the reset (0 with no allocation there)."""
+        share = self.share[:, c]
+        total = self.type_time[c]
+        fraction = self.received[:, c] / total if total > 0 else np.zeros_like(share)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(fraction > 0, share / fraction, share * 1e9)
+        return np.where((share > 0) & self.runs_on[:, c], ratio, 0.0)
 
     def ordered(self, sched: SchedulerView, now: float) -> Iterator[Job]:
         """This round's jobs that wait to start, largest first; nobody else."""
@@ -217,14 +254,17 @@ class GavelPolicy(Policy):
         planned = self.plan.get(job.id)
         if not planned:
             return sched.types_by_speed(job)
-        wanted = dict.fromkeys(sched.types_by_speed(job), job.spec.gpus)
+        free = sched.index.type_free
+        others = [t for t in sched.types_by_speed(job) if t != planned and free[t] >= job.spec.gpus]
+        if not others:
+            return [planned]
+        wanted = dict.fromkeys(others, job.spec.gpus)
         for other in self.round:
             if other.state == JobState.PENDING and other is not job:
                 t = self.plan[other.id]
                 if t in wanted:
                     wanted[t] += other.spec.gpus
-        free = sched.index.type_free
-        return [planned] + [t for t, n in wanted.items() if t != planned and free[t] >= n]
+        return [planned] + [t for t in others if free[t] >= wanted[t]]
 
     def next_wakeup(self, sched: SchedulerView, now: float) -> float | None:
         if not len(sched.queue) and not sched.running:
