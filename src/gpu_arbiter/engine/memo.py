@@ -151,12 +151,13 @@ class Stamps:
                     return False
             return True
         core, team, releases = job.tier == Tier.CORE, job.team, self.quota.releases
+        freed, reranked = self._freed, self.state.reranks
         for t, (seen, starts, reranks) in zip(types, wake, strict=True):
             if free[t] >= n:
                 return False
-            if (self._freed[t] if core else releases.get((team, t), 0)) != seen:
+            if (freed[t] if core else releases.get((team, t), 0)) != seen:
                 return False
-            if self.state.reranks[t] != reranks:
+            if reranked[t] != reranks:
                 return False
             if starts is not None and self._starts_of(t, starts[0], starts[1]) != starts[2]:
                 return False
@@ -290,7 +291,10 @@ class Stamps:
     def _starts_of(self, gpu_type: str, tiers: tuple[int, ...], band: int = 0) -> int:
         """Jobs of `tiers` started on the type so far (new victims for a job of a policy that
         may stop those tiers), of those expected to run at least 2**`band` seconds."""
-        return sum(self._starts[(gpu_type, k)][band] for k in tiers)
+        starts, n = self._starts, 0
+        for k in tiers:  # (a loop, not a generator: every hopeless check of a long queue asks)
+            n += starts[(gpu_type, k)][band]
+        return n
 
     def _starts_at(self, gpu_type: str, now: float) -> int:
         """Jobs started on the type at `now` (no victims until time has passed)."""
