@@ -169,3 +169,34 @@ def test_a_job_that_can_start_nowhere_under_backfill_waits_for_free_gpus_not_rel
     assert sched.cycle(5.0).started == 0
     assert sched.last_try["big"] == 1.0  # no try since
     assert sched.set_aside("big") == "hopeless"
+
+
+def test_a_job_kept_off_by_a_reservation_starts_when_a_smaller_one_takes_its_place():
+    """Backfill: "holder" can start nowhere and reserves the H100s until t=1000; "late" may not
+    delay that (it ends after it, and no GPU is spare). When the A100s free up, "holder" starts
+    there and "second", walked next, reserves the H100s for 4 GPUs, which leaves 4 spare at the
+    same shadow time: "late" takes 2 of them in that very cycle, though nothing started or
+    stopped on the H100s."""
+    sched = Scheduler(two_types(), (), "backfill")
+    for name, gpus, duration, gpu_type in (
+        ("h100-long", 6, 1000.0, "H100"),
+        ("a100", 8, 50.0, "A100"),
+    ):
+        spec = job(name, gpus=gpus, duration=duration, walltime_s=duration, gpu_types={gpu_type: 1})
+        sched.submit(spec, 0.0)
+    assert sched.cycle(0.0).started == 2
+    both = {"H100": 1.0, "A100": 0.87}
+    sched.submit(job("holder", gpus=8, walltime_s=100.0, gpu_types=both), 1.0)
+    sched.submit(job("second", gpus=4, walltime_s=100.0, gpu_types={"H100": 1}), 2.0)
+    sched.submit(job("late", gpus=2, duration=10.0, walltime_s=5000.0, gpu_types={"H100": 1}), 3.0)
+    for t in (3.0, 4.0, 5.0):
+        assert sched.cycle(t).started == 0
+    assert {t: r.job_id for t, r in sched.reservations.items()} == {"H100": "holder"}
+    assert sched.set_aside("late") == "blocked"
+    sched.finished("a100", 50.0)
+    decisions = sched.cycle(50.0).decisions
+    assert {d.job_id: d.allocation.gpu_type for d in decisions} == {
+        "holder": "A100",
+        "late": "H100",
+    }
+    assert sched.reservations["H100"].job_id == "second"

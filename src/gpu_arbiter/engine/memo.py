@@ -10,9 +10,11 @@ signature (shape, tier, team, quota standing).
 A job whose try failed is stamped (`_blocked_stamp`) and is not tried again until the stamp
 changes; a job that can neither be placed nor preempt for (`_hopeless`) is stamped with only
 what can end its wait (releases, starts of possible victims), the cheap check most jobs of a
-long queue get every cycle. A job that only backfill reservations keep off every accepted type
-(`_barred_stamp`) gets, once its stamp changed, the few comparisons that show them still
-barring it (`_still_barred`) in place of a whole try.
+long queue get every cycle. A job that backfill reservations keep off every type with room for
+it (`_barred_stamp`) is stamped with no epoch: at each look, a few comparisons with the walk's
+reservations and the free counts (`_still_barred`) tell whether its try would fail again.
+Epochs would miss a reservation that changed with nothing started or stopped on its type (its
+holder started on another type, and the reservation the next job made in its place bars less).
 """
 
 from __future__ import annotations
@@ -203,15 +205,13 @@ class Stamps:
                 if tried[0] not in reservations:
                     reservations[tried[0]] = self._reservation_for(job, tried[0], n, now)
         elif stamp[0] == BARRED:
-            if unreserved:
+            _, tier, types, n, runs = stamp
+            if (
+                unreserved
+                or job.tier != tier
+                or not self._still_barred(job, types, n, runs, now, ctx)
+            ):
                 return False
-            _, seen, tried, n, runs = stamp
-            blocked = self._blocked_stamp(job, now)
-            if blocked != seen:
-                if not self._still_barred(job, tried, n, runs, now, ctx):
-                    return False
-                self._blocked[job.id] = (BARRED, blocked, tried, n, runs)
-                types = tried
         elif unreserved or self._blocked_stamp(job, now) != stamp:
             return False
         else:
@@ -225,9 +225,9 @@ class Stamps:
         """The stamp of a failed try that found every type it tried (`types`, in order) either
         barred by a count reservation it may not delay or short of `n` free GPUs, for a policy
         that neither preempts nor has quotas and a job with one start size of whole GPUs:
-        nothing else can have made the try fail (see `_still_barred`). It holds the
-        `_blocked_stamp`, the types, the size and the job's estimated run on each type (fixed
-        while it waits). None for any other try."""
+        nothing else can have made the try fail (see `_still_barred`). It holds the job's
+        tier, the types, the size and the job's estimated run on each type (fixed while it
+        waits). None for any other try."""
         policy = self.policy
         if policy.preemption or policy.quotas or ctx.kept_for is None or not types:
             return None
@@ -244,7 +244,7 @@ class Stamps:
             elif free[t] >= n:
                 return None
             runs.append(self.est_runtime(job, t, n))
-        return (BARRED, self._blocked_stamp(job, now), tuple(types), n, tuple(runs))
+        return (BARRED, int(job.tier), tuple(types), n, tuple(runs))
 
     def _still_barred(
         self, job: Job, types: tuple, n: int, runs: tuple, now: float, ctx: CycleContext
