@@ -270,13 +270,16 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) 
 def _insert_from_json(table: Table, columns: tuple[str, ...]) -> Insert:
     """INSERT INTO t (columns) SELECT columns FROM json_populate_recordset(NULL::t, :rows) in
     the array's order (so serial ids follow it). Built once per table and columns: building the
-    construct costs more than running it."""
+    construct costs more than running it. The record's columns are read by name, never renamed
+    by position: a column a migration added comes last in the database's table, wherever the
+    model declares it."""
     rows = func.json_populate_recordset(
         literal_column(f"NULL::{table.name}"), bindparam("rows", type_=JSON)
     )
-    src = rows.table_valued(*table.c.keys(), with_ordinality="n").render_derived()
+    # PostgreSQL names the WITH ORDINALITY column "ordinality" when the alias lists no names.
+    src = rows.table_valued(*columns, with_ordinality="ordinality")
     return insert(table).from_select(
-        list(columns), select(*(src.c[c] for c in columns)).order_by(src.c.n)
+        list(columns), select(*(src.c[c] for c in columns)).order_by(src.c.ordinality)
     )
 
 
