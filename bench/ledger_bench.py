@@ -72,7 +72,7 @@ def _write_ledger(engine, entries: int, running: int) -> None:
 
 
 def _flush(engine, book: Ledger) -> None:
-    rows = [ledger_row(e) for e in book.entries()]
+    rows = [ledger_row(e, book) for e in book.entries()]
     if rows:
         with engine.begin() as conn:
             insert_rows(conn, LEDGER, rows)

@@ -66,7 +66,7 @@ def write_old_minutes(loop, spec: JobSpec, start: float, minutes: int) -> None:
                 end=start + 60 * (k + 1),
                 preemptible=False,
             )
-        insert_rows(conn, LEDGER, [ledger_row(e) for e in tail.entries()])
+        insert_rows(conn, LEDGER, [ledger_row(e, tail) for e in tail.entries()])
 
 
 def assert_books_match(loop, teams: list[Team]) -> Ledger:
@@ -139,6 +139,8 @@ def test_a_restart_reads_the_open_charges_not_the_history_and_the_books_stay_exa
     assert net == pytest.approx(0.0, abs=1e-9)  # the cluster absorbed the lost work
     lost = loop2.metrics.lost_gpu_hours._value.get()
     assert lost == pytest.approx(4 * (ended - started) / 3600)
+    loop3 = new_loop(db, tmp_path, executor)  # the rows say so too: a restart sums them
+    assert loop3.metrics.lost_gpu_hours._value.get() == pytest.approx(lost, rel=1e-12)
 
 
 def test_a_long_uptime_keeps_only_the_open_part_of_the_ledger_in_memory(db, tmp_path):

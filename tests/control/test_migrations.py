@@ -9,6 +9,7 @@ left (tests/fixtures/release_0_1_0/)."""
 from __future__ import annotations
 
 import json
+import math
 import signal
 import subprocess
 import sys
@@ -21,9 +22,12 @@ from sqlalchemy import create_engine, insert, select, text, update
 from sqlalchemy.engine import Engine
 
 from gpu_arbiter.control import schema
+from gpu_arbiter.control.accounting import ledger_row, lost_gpu_seconds
+from gpu_arbiter.control.books import read_books
 from gpu_arbiter.control.launch import ServerProcess, free_port, start_agent
-from gpu_arbiter.control.store import TABLES, Base, database_url, open_database
+from gpu_arbiter.control.store import LEDGER, TABLES, Base, database_url, open_database
 from tests.control.harness import database, wait_for
+from tests.control.ledger_mix import mixed_ledger
 from tests.fixtures.release_0_1_0 import store as release_0_1_0
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "release_0_1_0"
@@ -157,3 +161,32 @@ def test_the_upgrade_does_not_run_again(tmp_path):
         )
         assert weight.scalar() == 5
     engine.dispose()
+
+
+def test_the_upgrade_records_the_gpu_seconds_each_old_entry_says_a_failure_lost(db):
+    """Schema 0005: the lost GPU-seconds of entries 0.1.0-era releases wrote come from their
+    JSON, so the start-up sum of them is what the entries say."""
+    build_release_0_1_0(db)
+    book = mixed_ledger(len(ROWS["ledger"]), 1_796_000_000.0)
+    old = create_engine(database_url(db))
+    with old.begin() as conn:
+        conn.execute(
+            insert(release_0_1_0.Base.metadata.tables["ledger"]),
+            [
+                {c: r[c] for c in ("seq", "kind", "team", "job_id", "at", "credits", "entry")}
+                for r in (ledger_row(e, book) for e in book.entries())
+            ],
+        )
+    old.dispose()
+    engine = open_database(db)
+    try:
+        with engine.connect() as conn:
+            lost = dict(conn.execute(select(LEDGER.c.seq, LEDGER.c.lost_gpu_seconds)).all())
+            books = read_books(conn, 0, 0.0, 1.0)
+    finally:
+        engine.dispose()
+    expected = {e.seq: lost_gpu_seconds(e, book) for e in book.entries()}
+    assert {seq: lost[seq] for seq in expected} == pytest.approx(expected, rel=1e-12)
+    assert sum(v > 0 for v in expected.values()) == 9  # 3 re-runs, 3 lost-work, 3 given back
+    assert [lost[r["seq"]] for r in ROWS["ledger"]] == [0.0] * len(ROWS["ledger"])
+    assert books.lost_gpu_seconds == pytest.approx(math.fsum(expected.values()), rel=1e-12)

@@ -30,6 +30,7 @@ from gpu_arbiter.domain import JobSpec, Team
 from gpu_arbiter.economy import (
     CHARGE,
     FAILURE_ABSORBED,
+    REFUND,
     RUN,
     Budgets,
     ChargeModel,
@@ -41,9 +42,9 @@ from gpu_arbiter.economy import (
 from gpu_arbiter.economy.chargeback import LOST_WORK, RERUN
 
 
-def ledger_row(e: Entry) -> dict[str, object]:
-    """The ledger table's row of an entry: the entry itself as JSON, plus the columns the
-    start-up sums and the dashboard's queries filter on."""
+def ledger_row(e: Entry, ledger: Ledger) -> dict[str, object]:
+    """The ledger table's row of an entry of `ledger`: the entry itself as JSON, plus the
+    columns the start-up sums and the dashboard's queries filter on."""
     return {
         "seq": e.seq,
         "kind": e.kind,
@@ -51,8 +52,25 @@ def ledger_row(e: Entry) -> dict[str, object]:
         "job_id": e.job_id,
         "at": e.at,
         "credits": e.credits,
+        "lost_gpu_seconds": lost_gpu_seconds(e, ledger),
         "entry": e.to_json(),
     }
+
+
+def lost_gpu_seconds(e: Entry, ledger: Ledger) -> float:
+    """The GPU-seconds a failure lost that entry `e` of `ledger` records (F2): a "lost-work"
+    or "rerun" charge's, and those of a running job's charge given back when it failed (a
+    "failure-absorbed" refund naming its seconds; the refund of a "lost-work" charge names
+    none, as the charge counted them)."""
+    if e.kind == CHARGE and e.reason in (LOST_WORK, RERUN):
+        assert e.gpu_seconds is not None
+        return e.gpu_seconds
+    if e.kind == REFUND and e.reason == FAILURE_ABSORBED and e.start is not None:
+        assert e.refund_of is not None and e.end is not None
+        gpus = ledger.entry(e.refund_of).gpus
+        assert gpus is not None
+        return gpus * (e.end - e.start)
+    return 0.0
 
 
 @dataclass(slots=True)
@@ -239,7 +257,7 @@ class Accounts:
         new = self.ledger.entries(since=self.persisted)
         if not new:
             return
-        insert_rows(conn, LEDGER, [ledger_row(e) for e in new])
+        insert_rows(conn, LEDGER, [ledger_row(e, self.ledger) for e in new])
         self.persisted += len(new)
         for e in new:
             self._count_spend(e)
@@ -273,17 +291,12 @@ class Accounts:
             self.spent[e.team] = self.spent.get(e.team, 0.0) + e.credits - self.grown[e.seq]
         self.grown = {}
 
-    def _count_spend(self, e: Any) -> None:
-        lost = 0.0
-        if e.kind == "charge":
+    def _count_spend(self, e: Entry) -> None:
+        if e.kind == CHARGE:
             self.spent[e.team] = self.spent.get(e.team, 0.0) + e.credits
-            if e.reason in (LOST_WORK, RERUN):
-                lost = e.gpu_seconds
-        elif e.kind == "refund":
+        elif e.kind == REFUND:
             self.spent[e.team] = self.spent.get(e.team, 0.0) - e.credits
-            if e.reason == FAILURE_ABSORBED and e.start is not None:
-                # Lost seconds charged as they ran (`accrue`), given back when the run failed.
-                lost = self.ledger.entry(e.refund_of).gpus * (e.end - e.start)
+        lost = lost_gpu_seconds(e, self.ledger)
         if lost:
             self.lost_gpu_s += lost
             self.metrics.lost_gpu_hours.inc(lost / 3600)

@@ -17,8 +17,7 @@ from sqlalchemy import and_, func, select
 from sqlalchemy.engine import Connection
 
 from gpu_arbiter.control.store import JOBS, LEDGER
-from gpu_arbiter.economy import CHARGE, FAILURE_ABSORBED, GRANT, REFUND, RUN, Entry
-from gpu_arbiter.economy.chargeback import LOST_WORK, RERUN
+from gpu_arbiter.economy import CHARGE, GRANT, REFUND, RUN, Entry
 from gpu_arbiter.economy.ledger import REVENUE, grants_account, team_account
 
 
@@ -81,32 +80,9 @@ def read_books(conn: Connection, period: int, start: float, end: float) -> Books
 
 
 def _lost_gpu_seconds(conn: Connection) -> float:
-    """GPU-seconds charged as lost work or re-runs, and those charged as a job ran and given
-    back when it failed (a "failure-absorbed" refund naming its seconds)."""
-    entry = LEDGER.c.entry
-    lost = conn.execute(
-        select(func.sum(entry["gpu_seconds"].as_float())).where(
-            LEDGER.c.kind == CHARGE, entry["reason"].as_string().in_((LOST_WORK, RERUN))
-        )
-    ).scalar()
-    charge = LEDGER.alias("charge")
-    refund = LEDGER.alias("refund")
-    absorbed = conn.execute(
-        select(
-            func.sum(
-                charge.c.entry["gpus"].as_float()
-                * (refund.c.entry["end"].as_float() - refund.c.entry["start"].as_float())
-            )
-        )
-        .select_from(refund)
-        .join(charge, charge.c.seq == refund.c.entry["refund_of"].as_integer())
-        .where(
-            refund.c.kind == REFUND,
-            refund.c.entry["reason"].as_string() == FAILURE_ABSORBED,
-            refund.c.entry["start"].as_float().is_not(None),
-        )
-    ).scalar()
-    return (lost or 0.0) + (absorbed or 0.0)
+    """GPU-seconds lost to failures, as each entry's row records them
+    (`accounting.lost_gpu_seconds`)."""
+    return conn.execute(select(func.sum(LEDGER.c.lost_gpu_seconds))).scalar() or 0.0
 
 
 def _open_charges(conn: Connection) -> list[Entry]:

@@ -147,6 +147,9 @@ class LedgerRow(Base):
     job_id: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
     at: Mapped[float] = mapped_column(Float, index=True)
     credits: Mapped[float] = mapped_column(Float)
+    # GPU-seconds this entry says a failure lost (`accounting.lost_gpu_seconds`), so the
+    # lost-GPU-hours sum is a column's, not every entry's JSON.
+    lost_gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     entry: Mapped[dict[str, Any]] = mapped_column(JSON)
 
 
