@@ -1,4 +1,4 @@
-"""Start-up benchmark: what a restart costs over a long ledger.
+"""Start-up and bill benchmark: what a restart and a bill request cost over a long ledger.
 
     python -m bench.ledger_bench [--entries 200000] [--running 300]
 
@@ -7,7 +7,9 @@ running job per minute: `--entries` of them, spread over jobs long finished, plu
 of each of `--running` jobs still running), then times the loop's start-up read of its books
 (`Accounts.load`, control/books.py) and counts the entries it parsed into Python. Since the
 books are read as sums, the time should barely move with `--entries` and the entries parsed
-are the running jobs' open charges only. Writes bench/results/ledger_bench.json.
+are the running jobs' open charges only. Then times a bill request (`GET /v1/bill`: the
+database sums the ledger per team, control/bills.py) over the same ledger. Writes
+bench/results/ledger_bench.json.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from rich.table import Table
 from sqlalchemy import insert
 
 from gpu_arbiter.control.accounting import Accounts, ledger_row
+from gpu_arbiter.control.bills import read_totals
 from gpu_arbiter.control.metrics import Metrics
 from gpu_arbiter.control.store import JOBS, LEDGER, insert_rows, open_database
 from gpu_arbiter.domain import JobSpec
 from gpu_arbiter.economy import ChargeModel, Entry, Ledger
+from gpu_arbiter.economy.report import TeamBill, bills_from_totals
 
 NOW = 1_800_000_000.0
 CHUNK = 50_000
@@ -106,6 +110,14 @@ def measure(entries: int, running: int) -> dict[str, float]:
                 tracemalloc.stop()
             finally:
                 Entry.from_json = classmethod(from_json)  # type: ignore[method-assign]
+            t0 = time.perf_counter()
+            bills = _bills(engine)
+            bill_seconds = time.perf_counter() - t0
+            tracemalloc.start()
+            _bills(engine)
+            bill_peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            assert len(bills) == 10
         finally:
             engine.dispose()
     return {
@@ -114,7 +126,15 @@ def measure(entries: int, running: int) -> dict[str, float]:
         "startup_s": seconds,
         "peak_mib": peak / 2**20,
         "entries_parsed": float(parsed) / 2,  # per load
+        "bill_s": bill_seconds,
+        "bill_peak_mib": bill_peak / 2**20,
     }
+
+
+def _bills(engine) -> list[TeamBill]:
+    """What `GET /v1/bill` reads and computes (control/api/economy.py)."""
+    with engine.connect() as conn:
+        return bills_from_totals(read_totals(conn))
 
 
 def main() -> None:
@@ -124,7 +144,15 @@ def main() -> None:
     args = ap.parse_args()
     runs = [measure(n, args.running) for n in (args.entries // 10, args.entries)]
     table = Table(title="start-up over a ledger of minute charges (SQLite, traced memory)")
-    for col in ("ledger entries", "running jobs", "start-up s", "peak MiB", "entries parsed"):
+    for col in (
+        "ledger entries",
+        "running jobs",
+        "start-up s",
+        "peak MiB",
+        "entries parsed",
+        "bill s",
+        "bill peak MiB",
+    ):
         table.add_column(col, justify="right")
     for r in runs:
         table.add_row(
@@ -133,6 +161,8 @@ def main() -> None:
             f"{r['startup_s']:.2f}",
             f"{r['peak_mib']:.1f}",
             f"{r['entries_parsed']:,.0f}",
+            f"{r['bill_s']:.2f}",
+            f"{r['bill_peak_mib']:.1f}",
         )
     Console().print(table)
     out = Path(__file__).resolve().parent / "results" / "ledger_bench.json"

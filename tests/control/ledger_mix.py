@@ -3,9 +3,11 @@ database sums of it against what the ledger says entry by entry: grants, "run" c
 grown while its job ran), a run that ended earlier than it was charged to, lost work the
 cluster absorbed (a "lost-work" charge and its refund, and accrued seconds given back as
 "failure-absorbed"), a re-run its team pays for, useful GPU-seconds on some charges, two GPU
-types and three tiers, spread over two budget periods."""
+types and three tiers, spread over two budget periods; and how to compare the bills of it."""
 
 from __future__ import annotations
+
+import pytest
 
 from gpu_arbiter.domain import JobSpec
 from gpu_arbiter.economy import ChargeModel, Ledger
@@ -57,3 +59,22 @@ def mixed_ledger(first_seq: int, t0: float) -> Ledger:
         else:  # ended before it was last charged (learnt late): seconds refunded
             model.close_segment(book, spec, [grown], start=start, end=start + 700.0, **terms)
     return book
+
+
+def assert_same_bills(got: list[dict], want: list[dict]) -> None:
+    """Bills (`TeamBill.to_dict`) equal up to the order the database adds numbers in."""
+    assert [b["team"] for b in got] == [b["team"] for b in want]
+    for g, w in zip(got, want, strict=True):
+        assert g.keys() == w.keys()
+        for key, value in w.items():
+            if key == "gpu_hours":
+                assert [(h["gpu_type"], h["tier"]) for h in g[key]] == [
+                    (h["gpu_type"], h["tier"]) for h in value
+                ]
+                assert [h["gpu_hours"] for h in g[key]] == pytest.approx(
+                    [h["gpu_hours"] for h in value], rel=1e-12
+                )
+            elif isinstance(value, float):
+                assert g[key] == pytest.approx(value, rel=1e-12, abs=1e-9), (w["team"], key)
+            else:
+                assert g[key] == value, (w["team"], key)

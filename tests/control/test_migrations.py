@@ -23,11 +23,14 @@ from sqlalchemy.engine import Engine
 
 from gpu_arbiter.control import schema
 from gpu_arbiter.control.accounting import ledger_row, lost_gpu_seconds
+from gpu_arbiter.control.bills import read_totals
 from gpu_arbiter.control.books import read_books
 from gpu_arbiter.control.launch import ServerProcess, free_port, start_agent
 from gpu_arbiter.control.store import LEDGER, TABLES, Base, database_url, open_database
+from gpu_arbiter.economy import Ledger
+from gpu_arbiter.economy.report import bills_from_totals, team_bills
 from tests.control.harness import database, wait_for
-from tests.control.ledger_mix import mixed_ledger
+from tests.control.ledger_mix import assert_same_bills, mixed_ledger
 from tests.fixtures.release_0_1_0 import store as release_0_1_0
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "release_0_1_0"
@@ -163,9 +166,10 @@ def test_the_upgrade_does_not_run_again(tmp_path):
     engine.dispose()
 
 
-def test_the_upgrade_records_the_gpu_seconds_each_old_entry_says_a_failure_lost(db):
-    """Schema 0005: the lost GPU-seconds of entries 0.1.0-era releases wrote come from their
-    JSON, so the start-up sum of them is what the entries say."""
+def test_the_upgrade_copies_what_the_sums_need_out_of_each_old_entry(db):
+    """Schemas 0005 and 0006: the lost GPU-seconds of entries older releases wrote, and what a
+    bill sums of them, come from their JSON, so the start-up sum of lost GPU-hours and the
+    bills the database sums are what the entries say."""
     build_release_0_1_0(db)
     book = mixed_ledger(len(ROWS["ledger"]), 1_796_000_000.0)
     old = create_engine(database_url(db))
@@ -183,6 +187,8 @@ def test_the_upgrade_records_the_gpu_seconds_each_old_entry_says_a_failure_lost(
         with engine.connect() as conn:
             lost = dict(conn.execute(select(LEDGER.c.seq, LEDGER.c.lost_gpu_seconds)).all())
             books = read_books(conn, 0, 0.0, 1.0)
+            totals = read_totals(conn)
+            rows = conn.execute(select(LEDGER.c.entry).order_by(LEDGER.c.seq)).all()
     finally:
         engine.dispose()
     expected = {e.seq: lost_gpu_seconds(e, book) for e in book.entries()}
@@ -190,3 +196,8 @@ def test_the_upgrade_records_the_gpu_seconds_each_old_entry_says_a_failure_lost(
     assert sum(v > 0 for v in expected.values()) == 9  # 3 re-runs, 3 lost-work, 3 given back
     assert [lost[r["seq"]] for r in ROWS["ledger"]] == [0.0] * len(ROWS["ledger"])
     assert books.lost_gpu_seconds == pytest.approx(math.fsum(expected.values()), rel=1e-12)
+    whole = Ledger.from_lines(json.dumps(r.entry) for r in rows)
+    assert_same_bills(
+        [b.to_dict() for b in bills_from_totals(totals)],
+        [b.to_dict() for b in team_bills(whole)],
+    )

@@ -44,7 +44,7 @@ from gpu_arbiter.economy.chargeback import LOST_WORK, RERUN
 
 def ledger_row(e: Entry, ledger: Ledger) -> dict[str, object]:
     """The ledger table's row of an entry of `ledger`: the entry itself as JSON, plus the
-    columns the start-up sums and the dashboard's queries filter on."""
+    columns the start-up sums, the bills and the dashboard's queries sum and filter on."""
     return {
         "seq": e.seq,
         "kind": e.kind,
@@ -53,6 +53,11 @@ def ledger_row(e: Entry, ledger: Ledger) -> dict[str, object]:
         "at": e.at,
         "credits": e.credits,
         "lost_gpu_seconds": lost_gpu_seconds(e, ledger),
+        "reason": e.reason,
+        "gpu_type": e.gpu_type,
+        "tier": None if e.tier is None else int(e.tier),
+        "gpu_seconds": e.gpu_seconds,
+        "useful_gpu_seconds": e.useful_gpu_seconds,
         "entry": e.to_json(),
     }
 
@@ -280,10 +285,19 @@ class Accounts:
             update(LEDGER)
             .where(LEDGER.c.seq == bindparam("b_seq"))
             .values(
-                at=bindparam("b_at"), credits=bindparam("b_credits"), entry=bindparam("b_entry")
+                at=bindparam("b_at"),
+                credits=bindparam("b_credits"),
+                gpu_seconds=bindparam("b_gpu_seconds"),
+                entry=bindparam("b_entry"),
             ),
             [
-                {"b_seq": e.seq, "b_at": e.at, "b_credits": e.credits, "b_entry": e.to_json()}
+                {
+                    "b_seq": e.seq,
+                    "b_at": e.at,
+                    "b_credits": e.credits,
+                    "b_gpu_seconds": e.gpu_seconds,
+                    "b_entry": e.to_json(),
+                }
                 for e in grown
             ],
         )

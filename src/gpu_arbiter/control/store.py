@@ -134,11 +134,28 @@ class JobRow(Base):
     telemetry: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # the latest report
 
 
+# The ledger's columns the bills and the start-up sums read, grouping ones first.
+SUMMED = (
+    "team",
+    "kind",
+    "reason",
+    "gpu_type",
+    "tier",
+    "credits",
+    "gpu_seconds",
+    "useful_gpu_seconds",
+    "lost_gpu_seconds",
+)
+
+
 class LedgerRow(Base):
     """One `economy.Entry`, kept whole in `entry` so the ledger rebuilds exactly; the other
     columns are for queries."""
 
     __tablename__ = "ledger"
+    # Every column the bills and the start-up sums read, so the database sums an index in
+    # its order instead of reading (and sorting) the rows, which hold each entry's JSON.
+    __table_args__ = (Index("ix_ledger_sums", *SUMMED),)
 
     seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     kind: Mapped[str] = mapped_column(String(16))
@@ -150,6 +167,12 @@ class LedgerRow(Base):
     # GPU-seconds this entry says a failure lost (`accounting.lost_gpu_seconds`), so the
     # lost-GPU-hours sum is a column's, not every entry's JSON.
     lost_gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    # What a bill sums (control/bills.py), copied from the entry so the database sums them.
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    gpu_type: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    tier: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    gpu_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    useful_gpu_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
     entry: Mapped[dict[str, Any]] = mapped_column(JSON)
 
 

@@ -16,7 +16,7 @@ from `Budgets.remaining` at `now` when budgets are given, else it is the team ac
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +90,26 @@ class TeamBill:
         }
 
 
+@dataclass(slots=True)
+class TeamTotals:
+    """What one team's bill adds up from the ledger: credits granted, charged, refunded and
+    charged for re-runs, GPU-seconds held by (GPU type, tier), and the useful GPU-seconds its
+    charges record (None when none records any). The live service has its database sum them
+    (control/bills.py); `team_bills` sums a ledger in memory."""
+
+    granted: float = 0.0
+    charged: float = 0.0
+    refunded: float = 0.0
+    rerun: float = 0.0
+    gpu_seconds: dict[tuple[str, int], float] = field(default_factory=dict)
+    useful_gpu_seconds: float | None = None
+
+    @property
+    def balance(self) -> float:
+        """The team account's balance: lifetime grants less net spend."""
+        return self.granted - self.charged + self.refunded
+
+
 def team_bills(
     ledger: Ledger,
     *,
@@ -102,9 +122,6 @@ def team_bills(
     """One bill per team seen in the ledger or the inputs, sorted by name."""
     if budgets is not None and now is None:
         raise InvalidInput("report: budgets need `now` to know the period")
-    prices = prices or PriceTable()
-    burn_rates = burn_rates or {}
-    useful_in = useful_gpu_seconds or {}
     acc: dict[str, _Acc] = {}
     for e in ledger.entries():
         a = acc.setdefault(e.team, _Acc())
@@ -120,28 +137,54 @@ def team_bills(
             a.gpu_seconds.setdefault((e.gpu_type, int(e.tier)), []).append(e.gpu_seconds)
             if e.useful_gpu_seconds is not None:
                 a.useful.append(e.useful_gpu_seconds)
-    for team in (*burn_rates, *useful_in, *(budgets.budgets if budgets else ())):
-        acc.setdefault(team, _Acc())
+
+    def remaining(team: str) -> float:
+        if budgets is not None and now is not None:
+            return budgets.remaining(team, now)
+        return ledger.balance(team_account(team))
+
+    return bills_from_totals(
+        {team: a.totals() for team, a in acc.items()},
+        remaining=remaining,
+        prices=prices,
+        burn_rates=burn_rates,
+        useful_gpu_seconds=useful_gpu_seconds,
+        teams=budgets.budgets if budgets else (),
+    )
+
+
+def bills_from_totals(
+    totals: Mapping[str, TeamTotals],
+    *,
+    remaining: Callable[[str], float] | None = None,
+    prices: PriceTable | None = None,
+    burn_rates: Mapping[str, float] | None = None,
+    useful_gpu_seconds: Mapping[str, float] | None = None,
+    teams: Iterable[str] = (),
+) -> list[TeamBill]:
+    """One bill per team of `totals`, the inputs or `teams`, sorted by name. `remaining` gives
+    a team's remaining credits (default: its account's balance); `useful_gpu_seconds`, when it
+    names a team, replaces what its charges record."""
+    prices = prices or PriceTable()
+    burn_rates = burn_rates or {}
+    useful_in = useful_gpu_seconds or {}
+    names = {*totals, *burn_rates, *useful_in, *teams}
     bills = []
-    for team in sorted(acc):
-        a = acc[team]
+    for team in sorted(names):
+        t = totals.get(team) or TeamTotals()
         if team in useful_in:
             useful: float | None = useful_in[team] / 3600
         else:
-            useful = math.fsum(a.useful) / 3600 if a.useful else None
-        if budgets is not None and now is not None:
-            remaining = budgets.remaining(team, now)
-        else:
-            remaining = ledger.balance(team_account(team))
+            useful = None if t.useful_gpu_seconds is None else t.useful_gpu_seconds / 3600
         bills.append(
             TeamBill(
                 team=team,
-                gpu_hours={k: math.fsum(v) / 3600 for k, v in a.gpu_seconds.items()},
-                credits_charged=math.fsum(a.charged),
-                credits_refunded=math.fsum(a.refunded),
-                rerun_credits=math.fsum(a.rerun),
-                credits_granted=math.fsum(a.granted),
-                remaining_credits=remaining,
+                gpu_hours={k: v / 3600 for k, v in t.gpu_seconds.items()},
+                credits_charged=t.charged,
+                credits_refunded=t.refunded,
+                rerun_credits=t.rerun,
+                credits_granted=t.granted,
+                remaining_credits=t.balance if remaining is None else remaining(team),
                 useful_gpu_hours=useful,
                 burn_rate=burn_rates.get(team, 0.0),
                 credit_value=prices.credit_value,
@@ -198,3 +241,13 @@ class _Acc:
     rerun: list[float] = field(default_factory=list)
     useful: list[float] = field(default_factory=list)
     gpu_seconds: dict[tuple[str, int], list[float]] = field(default_factory=dict)
+
+    def totals(self) -> TeamTotals:
+        return TeamTotals(
+            granted=math.fsum(self.granted),
+            charged=math.fsum(self.charged),
+            refunded=math.fsum(self.refunded),
+            rerun=math.fsum(self.rerun),
+            gpu_seconds={k: math.fsum(v) for k, v in self.gpu_seconds.items()},
+            useful_gpu_seconds=math.fsum(self.useful) if self.useful else None,
+        )

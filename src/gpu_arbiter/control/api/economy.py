@@ -1,19 +1,20 @@
 """What GPU time costs and who paid what: the price table (an admin replaces it), the ledger's
-entries, and each team's bill computed from the whole ledger (E5)."""
+entries, and each team's bill summed over the whole ledger (E5)."""
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from sqlalchemy import select
 
 from gpu_arbiter.control.api.deps import Since, Who
+from gpu_arbiter.control.bills import read_totals
 from gpu_arbiter.control.schemas import NAME_MAX, NAME_PATTERN
 from gpu_arbiter.control.service import Service
 from gpu_arbiter.control.store import LEDGER, SETTINGS
-from gpu_arbiter.economy import Ledger, PriceTable, team_bills
+from gpu_arbiter.economy import PriceTable
+from gpu_arbiter.economy.report import bills_from_totals
 
 
 def router(service: Service) -> APIRouter:
@@ -51,15 +52,15 @@ def router(service: Service) -> APIRouter:
 
     @api.get("/v1/bill")
     def bill(p: Who) -> list[dict[str, Any]]:
-        """Per-team chargeback from the whole ledger (E5): spent, refunded, burn rate."""
+        """Per-team chargeback over the whole ledger (E5): spent, refunded, burn rate; the
+        database sums it (control/bills.py)."""
         with db.connect() as conn:
-            rows = conn.execute(select(LEDGER.c.entry).order_by(LEDGER.c.seq)).all()
+            totals = read_totals(conn)
             price_row = conn.execute(
                 select(SETTINGS.c.value).where(SETTINGS.c.key == "prices")
             ).first()
-        book = Ledger.from_lines(json.dumps(r.entry) for r in rows)
         table = PriceTable.from_dict(price_row.value) if price_row else PriceTable()
-        bills = team_bills(book, prices=table, burn_rates=dict(loop.accounts.burn))
+        bills = bills_from_totals(totals, prices=table, burn_rates=dict(loop.accounts.burn))
         return [b.to_dict() for b in bills if p.role == "admin" or b.team == p.team]
 
     return api
