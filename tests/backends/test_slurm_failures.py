@@ -157,6 +157,35 @@ def test_a_new_backend_tells_how_jobs_that_ended_unwatched_ended(backend, slurm_
     assert (backend.files / "f3.exit").read_text().split()[0] == "3"  # the exit record
 
 
+def test_a_job_cannot_shorten_its_bill_through_its_exit_record(backend, slurm_conf):
+    """The exit record is the job's own file: a job that writes an earlier end into it and
+    ends its wrapper so that the record stays gets Slurm's end while Slurm remembers the job
+    (`scontrol`) and after it has forgotten it (the job completion log, `sacct -c`); with only
+    the record left, its end is never before the record last changed, nor before the server
+    last knew the job running, nor after now."""
+    since = time.time()
+    record = backend.files / "f7.exit"
+    lie = f"sleep 3; echo '0 {since:.0f}' > {record}; kill -KILL $PPID"
+    backend.start(Placement("f7", lie, {"node1": (3,)}, "H100"))
+    wait_for(lambda: "arbiter-f7" not in _slurm(slurm_conf, "squeue", "-h", "-o", "%j"))
+    assert float(record.read_text().split()[1]) < since + 1  # the lie is in place
+    written = record.stat().st_ctime
+    backend.shutdown()
+    again = SlurmBackend(backend.dir, partition="gpu", slurm_conf=slurm_conf, **ROOT)
+
+    by_slurm = again.outcome("f7", since)
+    assert isinstance(by_slurm, JobFailed) and by_slurm.exit_code == -9, by_slurm
+    assert since + 2 <= by_slurm.at <= time.time()
+    again._outcome_scontrol = lambda job_id, since: None  # Slurm has forgotten the job
+    assert again.outcome("f7", since) == by_slurm  # from its completion log
+
+    again._outcome_jobcomp = lambda job_id, since: None  # and keeps no completion log
+    only_record = again.outcome("f7", since)
+    assert isinstance(only_record, JobFinished) and only_record.at == written
+    assert again.outcome("f7", since, alive_at=written + 0.5).at == written + 0.5
+    assert again.outcome("f7", since, alive_at=time.time() + 3600).at <= time.time()
+
+
 def test_a_job_sbatch_refuses_is_a_launch_failure_with_slurms_error(backend):
     backend.start(Placement("f5", "true", {"no-such-node": (0,)}, "H100"))
     (failed,) = _of(backend.poll(), JobLaunchFailed)

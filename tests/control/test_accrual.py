@@ -12,12 +12,15 @@ import time
 import pytest
 from sqlalchemy import select
 
+from gpu_arbiter.control.config import ServerConfig
+from gpu_arbiter.control.loop import ControlLoop
 from gpu_arbiter.control.store import LEDGER, open_database
-from gpu_arbiter.domain import JobSpec
+from gpu_arbiter.domain import JobFinished, JobSpec
 from gpu_arbiter.economy import ChargeModel, Ledger
 from gpu_arbiter.economy.report import team_bills
 from tests.control.direct import (
     ADMIN,
+    Clock,
     Executor,
     advance,
     call,
@@ -275,3 +278,43 @@ def test_a_charge_never_grows_into_the_next_budget_period(db, tmp_path):
     for index, run in zip((before, after), runs, strict=True):
         at = budgets.period_start(index)
         assert budgets.remaining("a", at) == pytest.approx(1000.0 - run["credits"], rel=1e-12)
+
+
+class Gone(Executor):
+    """A backend whose jobs all ended while the control plane was down, each at the time the
+    server last knew it running (as the Slurm backend puts an exit record's earlier end)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[tuple[str, float, float]] = []
+
+    def outcome(self, job_id: str, since: float, alive_at: float) -> JobFinished:
+        self.asked.append((job_id, since, alive_at))
+        return JobFinished(job_id, alive_at)
+
+
+def test_a_restart_tells_the_backend_when_it_last_knew_a_job_that_ended_running(db, tmp_path):
+    """A job that ended while the server was down is charged at least up to its last
+    accrual: the backend hears when that was, to bound an end only the job vouches for."""
+    loop = new_loop(db, tmp_path, Executor())
+    advance(loop, 86_400)
+    setup(loop, {"a": None}, quota=8)
+    job = submit(loop, "a", gpus=4, tier=1)
+    tick(loop)
+    started = row(loop, job)["started_at"]
+    _run_minutes(loop, 5)
+    billed_to = loop.accounts.segs[job].billed_to
+    assert billed_to > started + 4 * 60
+
+    gone = Gone()
+    clock = Clock()
+    clock.t = billed_to + 3600  # the restart, an hour later
+    cfg = ServerConfig(state_dir=tmp_path, accrue_s=60.0, heartbeat_timeout_s=1e9)
+    loop2 = ControlLoop(db, gone, cfg, clock=clock)  # type: ignore[arg-type]
+    loop2.load()
+    assert gone.asked == [(job, started, billed_to)]
+    done = row(loop2, job)
+    assert (done["state"], done["finished_at"]) == ("completed", billed_to)
+    entries = _ledger_rows(loop2, job)
+    assert [e["reason"] for e in entries] == ["run"]  # nothing given back
+    assert entries[0]["end"] == billed_to

@@ -156,10 +156,11 @@ class LocalBackend:
     def log_path(self, job_id: str) -> Path:
         return self.dir / f"{job_id}.log"
 
-    def outcome(self, job_id: str, since: float) -> Event | None:
+    def outcome(self, job_id: str, since: float, alive_at: float | None = None) -> Event | None:
         """How a job this backend no longer runs ended, from the exit code its wrapper wrote,
-        at the time it wrote it; None when there is no record of the run that began at `since`
-        (an older run's file, or the job never started)."""
+        at the time it wrote it (never before `alive_at`, when the server last knew the job
+        running); None when there is no record of the run that began at `since` (an older
+        run's file, or the job never started)."""
         path = self.dir / f"{job_id}.rc"
         try:
             ended = path.stat().st_mtime
@@ -168,6 +169,8 @@ class LocalBackend:
         rc = _read_rc(path)
         if rc is None or ended < since:
             return None
+        if alive_at is not None:
+            ended = min(max(ended, alive_at), time.time())
         return JobFinished(job_id, ended) if rc == 0 else JobFailed(job_id, ended, rc)
 
     def shutdown(self) -> None:

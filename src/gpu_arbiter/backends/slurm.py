@@ -54,8 +54,11 @@ Slurm's error; one that could not reach Slurm is retried on the next polls (adop
 if the submission had in fact gone through).
 
 After a control-plane restart, `outcome` says how a job that is no longer running ended: from
-`sacct` when Slurm keeps accounting, else `scontrol show job` while Slurm still holds the job,
-else the exit record.
+`sacct` when Slurm keeps accounting, else `scontrol show job` while Slurm still holds the job
+(`MinJobAge`), else Slurm's job completion log (`sacct -c`, when `JobCompType=jobcomp/filetxt`),
+else the exit record. The exit record is the job's own file, so a job could write an earlier
+end into it to shorten its bill; its end is never put before the server last knew the job
+running (its last accrual or report), nor before the file last changed, nor after the restart.
 
 Nodes: every `poll_interval_s`, `sinfo -N` gives node states; a drained, down or unresponsive
 node becomes `NodeDown` (with Slurm's reason), and back in service `NodeUp`. `inventory()` turns
@@ -161,6 +164,8 @@ _TRANSIENT = re.compile(
 )
 # Seconds after a kill deadline before a job still running is cancelled through Slurm itself.
 KILL_FALLBACK_S = 10.0
+# How long one read of Slurm's job completion log answers `outcome` (see `_outcome_jobcomp`).
+JOBCOMP_REUSE_S = 10.0
 # The signal the batch wrapper ends itself with when the command's program is not on the node.
 LAUNCH_FAILED_SIGNAL = signal.SIGUSR1
 
@@ -220,6 +225,7 @@ class SlurmBackend:
         if slurm_conf is not None:
             self._env["SLURM_CONF"] = slurm_conf
         self._jobs: dict[str, _Job] = {}
+        self._jobcomp: tuple[float, str] | None = None  # (when, what `sacct -c` printed)
         self._unsent: dict[str, Placement] = {}  # sbatch could not reach Slurm: try again
         self._events: list[Event] = []
         self._node_fault: dict[str, bool] = {}
@@ -342,11 +348,17 @@ class SlurmBackend:
         ]
         return out + [Running(j, tuple(p.gpus_by_node)) for j, p in self._unsent.items()]
 
-    def outcome(self, job_id: str, since: float) -> Event | None:
+    def outcome(self, job_id: str, since: float, alive_at: float | None = None) -> Event | None:
         """How a job Slurm no longer runs ended (after a control-plane restart), at its real
-        end: from accounting, else from Slurm's memory of the job, else from the exit record
-        its batch script wrote. None when none of them knows the run that began at `since`."""
-        for ask in (self._outcome_sacct, self._outcome_scontrol, self._outcome_record):
+        end: from accounting, else from Slurm's memory of the job, else from Slurm's job
+        completion log, else from the exit record its batch script wrote. None when none of
+        them knows the run that began at `since`.
+
+        Only the exit record is the job's word (its batch script runs as the job's user, and
+        the job may rewrite the file), so its end is bounded by what the server knows: never
+        before `alive_at` (when the server last knew the job running), nor before the record
+        was last changed (its ctime, which no job can set back), nor after now."""
+        for ask in (self._outcome_sacct, self._outcome_scontrol, self._outcome_jobcomp):
             try:
                 ended = ask(job_id, since)
             except SlurmError as e:
@@ -354,7 +366,7 @@ class SlurmBackend:
                 continue
             if ended is not None:
                 return ended
-        return None
+        return self._outcome_record(job_id, since, alive_at)
 
     def log_path(self, job_id: str) -> Path:
         return self.files / f"{job_id}.log"
@@ -685,15 +697,41 @@ class SlurmBackend:
         code = parse_exit_code(f"ExitCode={f.get('ExitCode', '')}") or 0
         return self._ended(job_id, f.get("JobState", newest.state), code, end)
 
-    def _outcome_record(self, job_id: str, since: float) -> Event | None:
-        """From the exit record the batch script wrote (`rc end`), if it is this run's."""
+    def _outcome_jobcomp(self, job_id: str, since: float) -> Event | None:
+        """From Slurm's job completion log (`JobCompType=jobcomp/filetxt`, which `sacct -c`
+        reads), where a site keeps no accounting database: Slurm writes each job's end there
+        when it ends, and keeps it after it has forgotten the job. `sacct -c` reads the whole
+        log whatever its filters, so one read serves the outcomes asked within
+        `JOBCOMP_REUSE_S` (a restart asks for every job that ended while it was down)."""
+        cached = self._jobcomp
+        if cached is None or time.monotonic() - cached[0] > JOBCOMP_REUSE_S:
+            out = self._run(
+                ["sacct", "-c", "-n", "-P", "-X"]
+                + ["--format=JobIDRaw,JobName,State,ExitCode,Submit,End"]
+            )
+            cached = self._jobcomp = (time.monotonic(), out)
+        name = f"{PREFIX}{job_id}"
+        lines = []
+        for line in cached[1].splitlines():
+            sid, _, rest = line.strip().partition("|")
+            job_name, _, fields = rest.partition("|")
+            if job_name == name:
+                lines.append(f"{sid}|{fields}")
+        return parse_sacct(job_id, "\n".join(lines), since, self._ended)
+
+    def _outcome_record(self, job_id: str, since: float, alive_at: float | None) -> Event | None:
+        """From the exit record the batch script wrote (`rc end`), if it is this run's, its
+        end bounded as `outcome` says."""
+        path = self._exit_record(job_id)
         try:
-            rc_text, end_text = self._exit_record(job_id).read_text().split()
+            changed = path.stat().st_ctime
+            rc_text, end_text = path.read_text().split()
             rc, end = int(rc_text), float(end_text)
         except (OSError, ValueError):
             return None
         if end < since - 1:
             return None
+        end = min(max(end, changed, end if alive_at is None else alive_at), time.time())
         return JobFinished(job_id, end) if rc == 0 else JobFailed(job_id, end, rc)
 
     def _adopt(self) -> None:

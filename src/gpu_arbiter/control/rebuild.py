@@ -219,12 +219,17 @@ class Rebuild:
     def _ended_while_away(self, row: Mapping[str, Any]) -> Any:
         """How a job the database has running, and the backend no longer runs, ended — the
         backend's answer (an event at the job's real end), or None when its fate is unknown
-        (it never started, or the executor has forgotten it)."""
+        (it never started, or the executor has forgotten it). The backend is told when the
+        server last knew the job running (the end of its last accrual, its last report): an
+        end only the job vouches for is never put before it."""
         ask = getattr(self.backend, "outcome", None)
         if ask is None or row["started_at"] is None:
             return None
+        seg = self.accounts.segs.get(row["id"])
+        known = [row["started_at"], (row["telemetry"] or {}).get("at")]
+        alive_at = max([t for t in known if t is not None] + ([seg.billed_to] if seg else []))
         try:
-            return ask(row["id"], row["started_at"])
+            return ask(row["id"], row["started_at"], alive_at)
         except Exception:
             log.exception("job %s: asking %s how it ended failed", row["id"], self.backend.name)
             return None
