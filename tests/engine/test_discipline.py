@@ -77,6 +77,23 @@ def test_not_a_job_of_the_same_queue_until_it_attains_a_lower_one():
     assert list(preempts(cycle(sched, 450.0))) == ["long"]
 
 
+def test_a_job_set_aside_for_too_few_victims_is_tried_again_when_gpus_free_up():
+    """Team a's 8-GPU job comes while a's 1-GPU job (in the second queue) and team b's fresh
+    7-GPU job (in the first) fill the node: one GPU of victims for 8 missing, so it is set
+    aside. When b's job ends, 7 GPUs are free and the one victim is enough: it is suspended in
+    that cycle, though nothing a's releases or a rise would wake it for happened."""
+    sched = Scheduler(nodes(1))
+    sched.submit(job("a-long", team="a", gpus=1, duration=1e6), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("b-fresh", team="b", gpus=7, duration=500.0), 4000.0)
+    assert "b-fresh" in starts(cycle(sched, 4000.0))
+    sched.submit(job("a-gang", team="a", gpus=8, duration=100.0), 4001.0)
+    assert cycle(sched, 4001.0) == []
+    assert sched.set_aside("a-gang") == "hopeless"
+    sched.finished("b-fresh", 4500.0)
+    assert list(preempts(cycle(sched, 4500.0))) == ["a-long"]
+
+
 def test_with_estimates_a_victim_with_more_left_by_a_power_of_two_band():
     sched = Scheduler(nodes(1))
     # 8 x (2000 - 1000 done) = 8000 GPU-seconds left against the new job's 800.

@@ -89,8 +89,10 @@ class Stamps:
         the free counts and quota books only. Returns None, or what can end the wait (for
         `_still_hopeless`), per accepted type: the team's releases there (which can put it
         back within its quota, so it may reclaim), for a tier-1 job any GPUs freed there (the
-        pool may have room again) and, where the job may take GPUs from some tier but nobody
-        of it runs (or nobody the policy lets it stop), jobs of that tier started there that
+        pool may have room again), as for a job whose victims there are too few for the GPUs
+        it misses (`Policy.victims_too_few`: fewer missing may make them enough), and, where
+        the job may take GPUs from some tier but nobody of it runs (or nobody the policy lets
+        it stop), jobs of that tier started there that
         are expected to run long enough to be its victims (`Policy.victim_min_run`), and
         running jobs there that became victims by a policy's order changing with time
         (`Scheduler.reranked`); for a policy that neither preempts nor has quotas, nothing but
@@ -112,6 +114,7 @@ class Stamps:
             if free[t] >= n:
                 return None
             starts = None
+            every = job.tier == Tier.CORE
             scope = self._preempt_scope(job, t, n, ctx)
             if scope is not None:
                 within, has_victims = scope
@@ -121,7 +124,8 @@ class Stamps:
                 if tiers:
                     band = run_band(self.policy.victim_min_run(ctx.view, job, t, within))
                     starts = (tiers, band, self._starts_of(t, tiers, band))
-            wake.append((self._releases(job, t), starts, self.state.reranks[t]))
+                every = every or self.policy.victims_too_few(ctx.view, job, t, within)
+            wake.append(((every, self._releases(job, t, every)), starts, self.state.reranks[t]))
         return (HOPELESS, int(job.tier), n, tuple(wake))
 
     def _types_when_hopeless(self, job: Job, n: int, ctx: CycleContext) -> list[str] | None:
@@ -132,10 +136,10 @@ class Stamps:
             return None
         return self.policy.types_when_hopeless(ctx.view, job)
 
-    def _releases(self, job: Job, gpu_type: str) -> int:
+    def _releases(self, job: Job, gpu_type: str, every: bool) -> int:
         """The release counter a `_hopeless` job watches on the type: its team's (the way back
-        within quota) or, for tier 1, every release there (the way into the pool)."""
-        if job.tier == Tier.CORE:
+        within quota) or, with `every`, every release there."""
+        if every:
             return self._freed[gpu_type]
         return self.quota.releases.get((job.team, gpu_type), 0)
 
@@ -152,12 +156,12 @@ class Stamps:
                 if free[t] >= n:
                     return False
             return True
-        core, team, releases = job.tier == Tier.CORE, job.team, self.quota.releases
+        team, releases = job.team, self.quota.releases
         freed, reranked = self._freed, self.state.reranks
-        for t, (seen, starts, reranks) in zip(types, wake, strict=True):
+        for t, ((every, seen), starts, reranks) in zip(types, wake, strict=True):
             if free[t] >= n:
                 return False
-            if (freed[t] if core else releases.get((team, t), 0)) != seen:
+            if (freed[t] if every else releases.get((team, t), 0)) != seen:
                 return False
             if reranked[t] != reranks:
                 return False

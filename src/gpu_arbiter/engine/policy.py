@@ -194,6 +194,15 @@ class Policy:
                 return True
         return False
 
+    def victims_too_few(
+        self, sched: SchedulerView, job: Job, gpu_type: str, within_quota: bool
+    ) -> bool:
+        """Whether `may_have_victims` said no only because the job's victims on the type hold
+        fewer GPUs than it misses there: GPUs freed by anyone may make them enough, so a job
+        set aside waits for every release on the type (`engine.memo`). Not here: any
+        victim will do."""
+        return False
+
     def candidate_types(self, sched: SchedulerView, job: Job) -> list[str]:
         return sched.types_by_speed(job)
 

@@ -159,7 +159,8 @@ class ArbiterPolicy(Policy):
         """The tier rules' victims, or for a job whose only victims are tier-3 jobs it
         outranks: whether the type's free GPUs and those such jobs hold (by standing,
         `_held_on`) add up to its size. A job found to have none is set aside until a start
-        or a rise on the type (`SchedulerView.reranked`) may give it some."""
+        or a rise on the type (`SchedulerView.reranked`) may give it some, or, where it has
+        some but too few (`victims_too_few`), until GPUs free up there."""
         if not self._time_shares(job) or super().victim_tiers(job, within_quota):
             return super().may_have_victims(sched, job, gpu_type, within_quota)
         if not sched.running_by_tier[(gpu_type, Tier.EXPLORATORY)]:
@@ -172,6 +173,13 @@ class ArbiterPolicy(Policy):
             victims = self._victim_gpus[key] = sum(n for s, n in held if discipline.beats(mine, s))
         need = job.spec.elastic_range[0] - sched.index.type_free[gpu_type]
         return victims > 0 and victims >= need
+
+    def victims_too_few(self, sched, job: Job, gpu_type: str, within_quota: bool) -> bool:
+        """A time-sharing job's victims on the type (`may_have_victims`, which counted them
+        this cycle) hold some GPUs, but fewer than it misses there."""
+        if super().victim_tiers(job, within_quota) or not self._time_shares(job):
+            return False
+        return self._victim_gpus.get((gpu_type, self._standing_of(job)), 0) > 0
 
     def passes_reservation(self, sched, job: Job, holder: Job) -> bool:
         """A tier-3 job is not held back by the reservation of a tier-3 job it outranks
