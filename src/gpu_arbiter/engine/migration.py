@@ -176,9 +176,13 @@ def candidate_moves(
     moves: list[Move] = []
     ruled_out: list[tuple[Job, str]] = []
     # Only jobs that would run faster on a type with free GPUs can move at all.
-    for target in (t for t, v in free.items() if v > 0):
+    for target, room in free.items():
+        if room <= 0:
+            continue
         for job in index[target].values():
-            if job.id in seen or int(job.tier) not in grace:
+            # One with more GPUs than the target has free is looked at under another target
+            # where they are free, if any (the move goes to whichever faster type has room).
+            if job.allocation.gpus > room or job.id in seen or int(job.tier) not in grace:
                 continue
             seen.add(job.id)
             n = job.gpus_held
