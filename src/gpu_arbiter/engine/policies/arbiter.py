@@ -85,6 +85,9 @@ class ArbiterPolicy(Policy):
         self.dest: dict[str, str] = {}  # type a moved tier-2 job asks for first when requeued
         # By pending job: its accepted types, fastest first, and their speeds (None: one type).
         self._plan_speeds: dict[str, tuple[tuple[str, ...], tuple[float, ...]] | None] = {}
+        # By pending job accepting two types: its `_planned_first_key`, which only its tier
+        # changes (the other type is its fallback whatever is free).
+        self._plan_keys: dict[str, tuple] = {}
         self._plan_jobs: list[Job] = []  # `plan_order`, as made from ...
         self._planned_from: tuple | None = None  # ... this (queue, its version, free GPUs)
         # By running tier-3 job: (its allocation, until when its standing holds, the
@@ -231,9 +234,10 @@ class ArbiterPolicy(Policy):
             head: Iterable[Job] = queue.jobs()
         else:
             head = islice(queue.in_group_order(), PLAN_DEPTH)
-        speeds = self._plan_speeds
+        speeds, keys = self._plan_speeds, self._plan_keys
         if len(speeds) > 4 * PLAN_DEPTH:  # forget jobs that left the queue
             self._plan_speeds = speeds = {k: v for k, v in speeds.items() if k in queue}
+            self._plan_keys = keys = {k: v for k, v in keys.items() if k in queue}
         order = []
         key, pending = self._planned_first_key, JobState.PENDING
         for j in head:
@@ -242,8 +246,14 @@ class ArbiterPolicy(Policy):
                 types = tuple(sched.types_by_speed(j))
                 by_speed = (types, tuple(sched.speed(j, t) for t in types))
                 by_speed = speeds[j.id] = by_speed if len(types) > 1 else None
-            if by_speed is not None and j.state == pending:
-                order.append((key(j, *by_speed, free), j))
+            if by_speed is None or j.state != pending:
+                continue
+            k = keys.get(j.id)
+            if k is None or k[2] != j.tier:  # (a job accepting more types: never kept)
+                k = key(j, *by_speed, free)
+                if len(by_speed[0]) == 2:
+                    keys[j.id] = k
+            order.append((k, j))
         order.sort(key=itemgetter(0))
         self._plan_jobs = [j for _, j in order]
         self._planned_from = made_from
