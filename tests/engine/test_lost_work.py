@@ -166,3 +166,35 @@ def test_a_tier1_job_stops_tier3_at_once_where_jobs_cannot_save():
     sched.submit(job("core", team="a", tier=1, gpus=8), 1000.0)
     decisions = cycle(sched, 1000.0)
     assert preempts(decisions)["x"].grace_s == 0.0 and "core" in starts(decisions)
+
+
+def fast_taken_slow_free(walltime: float | None) -> Scheduler:
+    """x (tier 3, team b, no checkpoints) fills the one H100 node from 0 s; the A100 node, where
+    a tier-1 job would run at half speed, is free."""
+    c = cluster(
+        {"name": "fast", "nodes": 1, "gpu_type": "H100"},
+        {"name": "slow", "nodes": 1, "gpu_type": "A100"},
+    )
+    sched = Scheduler(c, [Team("a", quota={"H100": 8, "A100": 8}), Team("b")])
+    x = job(
+        "x", team="b", tier=3, gpus=8, duration=1e5, walltime_s=walltime, gpu_types={"H100": 1.0}
+    )
+    sched.submit(x, 0.0)
+    cycle(sched, 0.0)
+    return sched
+
+
+def core_at(sched: Scheduler, now: float) -> list:
+    speeds = {"H100": 1.0, "A100": 0.5}
+    sched.submit(job("core", team="a", tier=1, gpus=8, walltime_s=36_000.0, gpu_types=speeds), now)
+    return cycle(sched, now)
+
+
+def test_a_tier1_job_that_could_start_on_free_gpus_does_not_wait_for_a_victim_to_end():
+    """x has 400 s unsaved on 8 GPUs and ends 100 s later by its estimate: with nowhere else to
+    start, core would wait those 100 s rather than throw the work away (within its 5 min
+    target, `test_tier1_waits_only_within_its_five_minute_target`); with the A100s free it
+    would wait by choice, so it stops x at once instead (S1)."""
+    decisions = core_at(fast_taken_slow_free(walltime=500.0), 400.0)
+    assert preempts(decisions)["x"].grace_s == 0.0
+    assert starts(decisions)["core"].allocation.gpu_type == "H100"

@@ -7,8 +7,10 @@ and the index is restored: the plan changes nothing by itself. A plan is not car
 waiting is expected to be better: stopping victims at once throws away more work than the
 preemptor would spend waiting (`_worth_the_lost_work`); running jobs free the GPUs before a
 notice would end (`_waiting_beats_notice`); another type starts and finishes the job no later
-by waiting (`_wait_elsewhere`). A plan that starts at once on one type goes before one that
-waits out a notice on a faster type when it is expected to finish no later (`_at_once_beats`).
+by waiting (`_wait_elsewhere`). A tier-1 job that could start at once on free GPUs of another
+type never waits to spare a victim's work (`_starts_elsewhere`). A plan that starts at once on
+one type goes before one that waits out a notice on a faster type when it is expected to finish
+no later (`_at_once_beats`).
 """
 
 from __future__ import annotations
@@ -215,8 +217,9 @@ class PreemptionStep:
         when the victims would lose more GPU time, times `EngineConfig.lost_work_weight` (2),
         than it would spend waiting (wait x GPUs); a tier-1 job waits only when it would start
         within its queueing target anyway (`EngineConfig.queue_target_s`, 5 min), so S1's
-        suspension within a cycle stands. A plan that loses nothing (shrinks, graceful stops,
-        fresh checkpoints) is always worth it."""
+        suspension within a cycle stands, and never while it could start at once on free GPUs
+        of another type (`_starts_elsewhere`). A plan that loses nothing (shrinks, graceful
+        stops, fresh checkpoints) is always worth it."""
         lost = 0.0
         for victim in plan.victims:
             v = victim.job
@@ -225,10 +228,21 @@ class PreemptionStep:
             lost += v.unsaved_at(now) / v.rate * v.gpu_share
         if lost <= 0:
             return True
+        if job.tier == Tier.CORE and self._starts_elsewhere(job, gpu_type):
+            return True
         wait = self.shadow_time(gpu_type, n, now, ctx) - now
         if job.tier == Tier.CORE:
             return wait > self.cfg.queue_target_s[0]
         return lost * self.cfg.lost_work_weight <= wait * n
+
+    def _starts_elsewhere(self, job: Job, gpu_type: str) -> bool:
+        """Whether the job could start at once on free GPUs of an accepted type other than
+        `gpu_type`, as far as its quota and the pool let it (`admissible`): a tier-1 job that
+        could never waits for `gpu_type` to spare a victim's unsaved work
+        (`_worth_the_lost_work`), as it would then wait by choice."""
+        n = job.spec.elastic_range[0]
+        free = self.index.type_free
+        return any(t != gpu_type and free[t] >= n and self.admissible(job, t, n) for t in job.types)
 
     def _waiting_beats_notice(
         self, job: Job, gpu_type: str, n: int, now: float, ctx: CycleContext
