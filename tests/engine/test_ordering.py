@@ -50,11 +50,17 @@ def test_changes_during_a_walk_are_applied_when_it_ends():
     assert seen == ["x", "y"] and len(q) == 0
 
 
-def test_pending_jobs_pinned_to_one_type_are_counted_per_type():
-    q, jobs = queued(job("p", gpus=4, gpu_types={"H100": 1.0}), job("any", gpus=8))
-    assert q.pinned == {"H100": 4}
+def test_pending_jobs_pinned_to_one_type_are_counted_per_type_and_tier():
+    q, jobs = queued(
+        job("p", tier=2, gpus=4, gpu_types={"H100": 1.0}),
+        job("p3", tier=3, gpus=2, gpu_types={"H100": 1.0}),
+        job("any", gpus=8),
+    )
+    assert [q.pinned_at_or_above("H100", tier) for tier in (1, 2, 3)] == [0, 4, 6]
+    assert q.pinned_at_or_above("A100", 3) == 0
+    jobs["p"].tier = Tier.EXPLORATORY  # changed while queued: it leaves the tier it joined at
     q.remove(jobs["p"])
-    assert q.pinned == {"H100": 0}
+    assert [q.pinned_at_or_above("H100", tier) for tier in (2, 3)] == [0, 2]
 
 
 def test_the_fewest_gpus_a_pending_job_starts_on_follows_the_queue():

@@ -121,6 +121,19 @@ def test_a_flexible_job_takes_the_slower_type_when_pinned_jobs_want_the_fast_one
     assert starts(cycle(sched, 1.0))["flex"].allocation.gpu_type == "A100"
 
 
+def test_a_flexible_job_gives_way_on_the_fast_type_only_to_pinned_jobs_of_its_tier_or_above():
+    """pinned (tier 3) is walked after core (tier 1) anyway (S1), and core would run on the
+    A100s for good (tier 1 never moves): core takes the H100s; a pinned tier-1 job it gives
+    way to."""
+    for pinned_tier, runs_on in ((3, "H100"), (1, "A100")):
+        sched = Scheduler(mixed())
+        sched.submit(job("busy", gpus=6, duration=1e5, gpu_types={"H100": 1.0}), 0.0)
+        cycle(sched, 0.0)
+        sched.submit(job("pinned", tier=pinned_tier, gpus=4, gpu_types={"H100": 1.0}), 1.0)
+        sched.submit(job("core", tier=1, gpus=2, gpu_types={"H100": 1.0, "A100": 0.87}), 1.0)
+        assert starts(cycle(sched, 1.0))["core"].allocation.gpu_type == runs_on
+
+
 def three_types(a100_gpus: int, h200_gpus: int):
     return cluster(
         {"name": "fast", "nodes": 1, "gpu_type": "H100"},

@@ -22,6 +22,7 @@ class PendingQueue:
         "groups",
         "members",
         "pinned",
+        "pinned_as",
         "sizes",
         "version",
         "_walking",
@@ -37,7 +38,10 @@ class PendingQueue:
         self.rank_key = rank_key
         self.groups: dict[Hashable, SortedList] = {}
         self.members: dict[str, tuple[Hashable, tuple]] = {}
-        self.pinned: dict[str, int] = {}  # GPUs wanted by pending jobs that accept one type only
+        # GPUs wanted by pending jobs that accept one type only, by type and the jobs' tier
+        # (index 1-3; `pinned_at_or_above`), and each such job's (type, tier) when it joined.
+        self.pinned: dict[str, list[int]] = {}
+        self.pinned_as: dict[str, tuple[str, int]] = {}
         self.sizes: dict[int, int] = {}  # pending jobs by the fewest GPUs they can start on
         self.version = 0  # changes with every job added or removed
         self._walking = False
@@ -81,8 +85,16 @@ class PendingQueue:
         """The fewest GPUs any pending job can start on (the queue must not be empty)."""
         return min(self.sizes)
 
+    def pinned_at_or_above(self, gpu_type: str, tier: int) -> int:
+        """GPUs of the type wanted by pending jobs that accept it only, of `tier` or a higher
+        one (a smaller number)."""
+        counts = self.pinned.get(gpu_type)
+        return sum(counts[1 : tier + 1]) if counts is not None else 0
+
     def _count(self, job: Job, sign: int) -> None:
-        """Keep `sizes` and `pinned` current as the job joins (+1) or leaves (-1)."""
+        """Keep `sizes` and `pinned` current as the job joins (+1) or leaves (-1); a job
+        counts at the tier it joined at (a tier-1 job trying at tier 2 may start, and leave,
+        as tier 2)."""
         n = job.spec.elastic_range[0]
         left = self.sizes.get(n, 0) + sign
         if left:
@@ -90,8 +102,11 @@ class PendingQueue:
         else:
             del self.sizes[n]
         if len(job.spec.gpu_types) == 1:
-            (t,) = job.spec.gpu_types
-            self.pinned[t] = self.pinned.get(t, 0) + sign * job.spec.gpus
+            if sign > 0:
+                (t,) = job.spec.gpu_types
+                self.pinned_as[job.id] = (t, int(job.tier))
+            t, tier = self.pinned_as[job.id] if sign > 0 else self.pinned_as.pop(job.id)
+            self.pinned.setdefault(t, [0, 0, 0, 0])[tier] += sign * job.spec.gpus
 
     def begin_walk(self) -> None:
         self._walking = True

@@ -28,10 +28,10 @@ class Walk:
         if self.policy.heterogeneity != Heterogeneity.SMART or len(types) < 2:
             return types
         fastest, n = types[0], job.spec.elastic_range[0]
-        free, pinned = self.index.type_free, self.queue.pinned
+        free, queue, tier = self.index.type_free, self.queue, int(job.tier)
 
         def spare(t: str) -> int:  # free GPUs of the type left after the job and pinned jobs
-            return free[t] - n - pinned.get(t, 0)
+            return free[t] - n - queue.pinned_at_or_above(t, tier)
 
         if spare(fastest) >= 0:
             return types
@@ -39,6 +39,8 @@ class Walk:
         # starts now on a slower type that is still fast enough rather than take it from them,
         # but not on one that pinned jobs want too, and among equally fast ones on the roomiest
         # (not the next by name, which flexible jobs would fill for days before pinned ones).
+        # Only pinned jobs of its tier or a higher one count: a lower tier comes after it (S1),
+        # and a tier-1 job that gave way would run on the slower type for good.
         floor = self.cfg.slower_type_min_speed * self.speed(job, fastest)
         speed = {t: self.speed(job, t) for t in types[1:]}
         slower = sorted(
