@@ -76,11 +76,10 @@ def launch_then_kill_server(
 
 
 def exit_time(state: Path, job_id: str) -> float:
-    """When the job's process ended, as its exit record (written by the job's wrapper) says:
-    when the file last changed."""
+    """When the job's process ended, as its exit record (written by the job's wrapper) says."""
     rc = state / "jobs" / f"{job_id}.rc"
     wait_for(rc.exists, timeout_s=30)
-    return rc.stat().st_ctime
+    return rc.stat().st_mtime
 
 
 # -- node failure (F1, F2, E3) ----------------------------------------------------------------

@@ -9,10 +9,9 @@ The backend survives a restart of the control plane: each job has a small state 
 (`<state_dir>/<job>.json`: pid, process start time, GPUs, stop deadline), and the job's shell
 wrapper writes the exit code to `<job>.rc` even when nobody is its parent any more. A new
 `LocalBackend` over the same directory adopts the processes still alive and reports the exits
-that happened while it was away on its first `poll`, at the time the job really ended (when the
-exit code file last changed: its ctime, which no process can set back, unlike its mtime). A job
-whose state file is gone too (its exit was seen by a control plane that died before recording
-it) is answered by `outcome` from the same file.
+that happened while it was away on its first `poll`, at the time the job really ended (the exit
+code file's time). A job whose state file is gone too (its exit was seen by a control plane that
+died before recording it) is answered by `outcome` from the same file.
 
 A command that cannot start — exec refuses its environment (too large, a NUL byte) or its
 program is not found — is reported as `JobLaunchFailed` with the error, never as a run.
@@ -164,7 +163,7 @@ class LocalBackend:
         run's file, or the job never started)."""
         path = self.dir / f"{job_id}.rc"
         try:
-            ended = path.stat().st_ctime
+            ended = path.stat().st_mtime
         except OSError:
             return None
         rc = _read_rc(path)
@@ -256,7 +255,7 @@ class LocalBackend:
             return  # the next run is waiting to start: this exit is the old run's
         if rc is not None:  # when it really ended: it may have been while nobody watched
             try:
-                now = min(now, rc_path.stat().st_ctime)
+                now = min(now, rc_path.stat().st_mtime)
             except OSError:
                 pass
         if proc.stopping:
