@@ -184,8 +184,8 @@ def fast_taken_slow_free(walltime: float | None) -> Scheduler:
     return sched
 
 
-def core_at(sched: Scheduler, now: float) -> list:
-    speeds = {"H100": 1.0, "A100": 0.5}
+def core_at(sched: Scheduler, now: float, a100_speed: float = 0.5) -> list:
+    speeds = {"H100": 1.0, "A100": a100_speed}
     sched.submit(job("core", team="a", tier=1, gpus=8, walltime_s=36_000.0, gpu_types=speeds), now)
     return cycle(sched, now)
 
@@ -196,5 +196,17 @@ def test_a_tier1_job_that_could_start_on_free_gpus_does_not_wait_for_a_victim_to
     target, `test_tier1_waits_only_within_its_five_minute_target`); with the A100s free it
     would wait by choice, so it stops x at once instead (S1)."""
     decisions = core_at(fast_taken_slow_free(walltime=500.0), 400.0)
+    assert preempts(decisions)["x"].grace_s == 0.0
+    assert starts(decisions)["core"].allocation.gpu_type == "H100"
+
+
+def test_a_tier1_job_that_could_start_on_a_fast_enough_free_type_does_not_wait_for_a_save():
+    """At 2 h x would throw away 16 GPU-hours: alone on the H100s it would save first, and so it
+    does where the free A100s run core at a quarter of the speed (too slow to start there,
+    S7's `slower_type_min_speed`); at half the speed core could start there at once, so it
+    would wait for the save by choice: x stops at once and core starts on the H100s (S1)."""
+    slow = core_at(fast_taken_slow_free(walltime=None), 7200.0, a100_speed=0.25)
+    assert preempts(slow)["x"].grace_s == 60.0 and "core" not in starts(slow)
+    decisions = core_at(fast_taken_slow_free(walltime=None), 7200.0, a100_speed=0.5)
     assert preempts(decisions)["x"].grace_s == 0.0
     assert starts(decisions)["core"].allocation.gpu_type == "H100"

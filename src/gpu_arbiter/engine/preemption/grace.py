@@ -3,13 +3,16 @@
 Tier-2 victims get the configured grace (S1) and a checkpoint request. Tier-3 victims are asked
 to save first, within `EngineConfig.notice_stop_s`, except that a tier-1 job stops them at once
 (S1) as long as that throws away at most `EngineConfig.tier1_stop_max_unsaved_s` of work; one
-with more unsaved work saves first. An inference surge (S9) gives no notice. A policy that
+with more unsaved work saves first, unless the tier-1 job could start at once on free GPUs of
+another type that is fast enough for it (S7, `_starts_elsewhere`): a tier-1 job does not queue
+for a save by choice. An inference surge (S9) gives no notice. A policy that
 ignores tiers stops everyone at once, or gives the time a save takes where it suspends by
 saving. Fractional jobs sharing one GPU (S11) stop at once together or save together.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -32,7 +35,7 @@ class Notices:
         """The notice `job` gives `victim` (`_grace_of_tier`), or the time a save takes where
         stopping it at once would throw away too much (`_save_over`)."""
         grace = self._grace_of_tier(victim.tier, job)
-        save_over = self._save_over(victim.tier, job)
+        save_over = self._save_over(victim.tier, job, victim.allocation.gpu_type)
         if victim.spec.gpu_milli < MILLI:
             # Sharers stop at once together, or save together (`_shared_gpu_option`).
             if grace > 0 or save_over is None:
@@ -42,17 +45,22 @@ class Notices:
             return grace if given is None else given
         return notice_given(victim, grace, now, save_over)
 
-    def _save_over(self, tier: int, job: Job) -> tuple[float, float] | None:
-        """(cap, save_s) where `job` stops victims of `tier` at once but gives one whose stop
-        would throw away more than `cap` of unsaved work `save_s` to save first; else None.
+    def _save_over(self, tier: int, job: Job, gpu_type: str) -> tuple[float, float] | None:
+        """(cap, save_s) where `job` stops victims of `tier` on `gpu_type` at once but gives a
+        whole job whose stop would throw away more than `cap` of unsaved work `save_s` to save
+        first (`notice_given`; sharers of one GPU have their own cap, `_shared_gpu_option`);
+        else None.
 
         That is tier 3 for a tier-1 job. S1 has tier-3 jobs suspended within the cycle a
         tier-1 job needs their GPUs; one that saves (`notice_stop_s`, a minute) is suspended
         and loses nothing, so the tier-1 job waits that minute rather than throw away more than
-        `EngineConfig.tier1_stop_max_unsaved_s` (1 h) of another team's work. Victims that stop
-        at once still go first (`victim_options`). It matters most for jobs that take no
-        periodic checkpoints, whose whole run would be thrown away. Not for an inference surge
-        (S9: it cannot wait) nor for policies that do not weigh lost work."""
+        `EngineConfig.tier1_stop_max_unsaved_s` (1 h) of another team's work; but not where it
+        could start at once on free GPUs of another type fast enough for it
+        (`_starts_elsewhere`): there it would wait by choice, so no whole victim saves first
+        (no cap). Victims that stop at once still go first (`victim_options`). It matters most
+        for jobs that take no periodic checkpoints, whose whole run would be thrown away. Not
+        for an inference surge (S9: it cannot wait) nor for policies that do not weigh lost
+        work."""
         if (
             tier == Tier.EXPLORATORY
             and job.tier == Tier.CORE
@@ -60,7 +68,11 @@ class Notices:
             and self.policy.tiers
             and self.policy.weigh_lost_work
         ):
-            return (self.cfg.tier1_stop_max_unsaved_s, self.cfg.notice_stop_s)
+            fast_enough = self.cfg.slower_type_min_speed
+            cap = self.cfg.tier1_stop_max_unsaved_s
+            if self._starts_elsewhere(job, gpu_type, fast_enough):
+                cap = math.inf
+            return (cap, self.cfg.notice_stop_s)
         return None
 
     def _grace_of_tier(self, tier: int, job: Job) -> float:

@@ -57,7 +57,7 @@ class PreemptionStep:
             if at_once:
                 # Which victims stop at once changes as their unsaved work grows (`_save_over`):
                 # then a failed search stands for this cycle only.
-                clock = now if self._save_over(Tier.EXPLORATORY, job) else None
+                clock = now if self._save_over(Tier.EXPLORATORY, job, t) else None
                 sig += ("at once", clock)
                 if self._preempt_failed.failed(sig, n, stamp):
                     continue
@@ -235,14 +235,24 @@ class PreemptionStep:
             return wait > self.cfg.queue_target_s[0]
         return lost * self.cfg.lost_work_weight <= wait * n
 
-    def _starts_elsewhere(self, job: Job, gpu_type: str) -> bool:
+    def _starts_elsewhere(self, job: Job, gpu_type: str, min_speed: float = 0.0) -> bool:
         """Whether the job could start at once on free GPUs of an accepted type other than
-        `gpu_type`, as far as its quota and the pool let it (`admissible`): a tier-1 job that
-        could never waits for `gpu_type` to spare a victim's unsaved work
-        (`_worth_the_lost_work`), as it would then wait by choice."""
+        `gpu_type`, as far as its quota and the pool let it (`admissible`), running there at
+        least `min_speed` times its speed on `gpu_type`: a tier-1 job that could never waits
+        for `gpu_type` to spare a victim's unsaved work (`_worth_the_lost_work`), nor, on a
+        type fast enough for it (S7), for a victim's save (`_save_over`): it would then wait
+        by choice. Other types' free GPUs do not change while the victims on `gpu_type`
+        stop, so the answer holds from a plan to its execution."""
         n = job.spec.elastic_range[0]
         free = self.index.type_free
-        return any(t != gpu_type and free[t] >= n and self.admissible(job, t, n) for t in job.types)
+        floor = min_speed * self.speed(job, gpu_type)
+        return any(
+            t != gpu_type
+            and free[t] >= n
+            and self.admissible(job, t, n)
+            and self.speed(job, t) >= floor
+            for t in job.types
+        )
 
     def _waiting_beats_notice(
         self, job: Job, gpu_type: str, n: int, now: float, ctx: CycleContext

@@ -72,7 +72,8 @@ class VictimLists:
             if at_once and grace > 0:
                 continue
             if self.running_by_tier[(t, k)]:
-                yield self._victim_list(t, k, self.notice_s(grace), now, self._save_over(k, job))
+                save_over = self._save_over(k, job, t)
+                yield self._victim_list(t, k, self.notice_s(grace), now, save_over)
 
     def _victim_list(
         self,
