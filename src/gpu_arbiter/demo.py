@@ -241,6 +241,10 @@ def main(argv: list[str] | None = None) -> None:
     args.workdir.mkdir(parents=True)
     port = args.port or (8080 if _port_free(8080) else free_port())
     demo = Demo(args.workdir.resolve(), port)
+    # A terminal closed or a supervisor's stop ends the demo as Ctrl-C does: with its server
+    # and agent, not leaving them holding the port.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
     try:
         demo.run()
         if not args.no_wait:
@@ -249,6 +253,10 @@ def main(argv: list[str] | None = None) -> None:
         pass
     finally:
         demo.stop()
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _port_free(port: int) -> bool:
