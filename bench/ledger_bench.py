@@ -9,7 +9,9 @@ of each of `--running` jobs still running), then times the loop's start-up read 
 books are read as sums, the time should barely move with `--entries` and the entries parsed
 are the running jobs' open charges only. Then times a bill request (`GET /v1/bill`: the
 database sums the ledger per team, control/bills.py) over the same ledger, and, over the
-smaller ledger, the bill as it was made before (every entry read and re-checked). Writes
+smaller ledger, the bill as it was made before (every entry read and re-checked), and the
+dashboard's spend of the last 30 days (`/ui/api/teams`), summed by the database against
+folded from each entry's JSON as before. Writes
 bench/results/ledger_bench.json. Times are wall-clock, with the process's CPU time beside
 them (the database is SQLite, in the process): on a shared machine the CPU time is the figure
 that does not depend on what else runs.
@@ -29,16 +31,18 @@ from rich.table import Table
 from sqlalchemy import insert, select
 
 from gpu_arbiter.control.accounting import Accounts, ledger_row
-from gpu_arbiter.control.bills import read_totals
+from gpu_arbiter.control.bills import read_totals, spend_since
 from gpu_arbiter.control.metrics import Metrics
 from gpu_arbiter.control.store import JOBS, LEDGER, insert_rows, open_database
 from gpu_arbiter.domain import JobSpec
 from gpu_arbiter.economy import ChargeModel, Entry, Ledger
 from gpu_arbiter.economy.report import TeamBill, bills_from_totals, team_bills
+from gpu_arbiter.web.views import period_spend
 
 NOW = 1_800_000_000.0
 CHUNK = 50_000
 FROM_SCRATCH_AT_MOST = 200_000  # the bill the old way, only where it takes seconds
+PERIOD_S = 30 * 86_400.0  # the dashboard's budget period
 
 
 def _write_ledger(engine, entries: int, running: int) -> None:
@@ -127,6 +131,13 @@ def measure(entries: int, running: int) -> dict[str, float]:
                 t0, c0 = time.perf_counter(), time.process_time()
                 _bills_from_scratch(engine)
                 scratch, scratch_cpu = time.perf_counter() - t0, time.process_time() - c0
+            spend = {}
+            for how, read in (("spend", _spend), ("spend_parsed", _spend_parsed)):
+                t0, c0 = time.perf_counter(), time.process_time()
+                spend[how] = read(engine, NOW - PERIOD_S)
+                spend[f"{how}_s"] = time.perf_counter() - t0
+                spend[f"{how}_cpu_s"] = time.process_time() - c0
+            assert spend["spend"].keys() == spend["spend_parsed"].keys()
         finally:
             engine.dispose()
     return {
@@ -141,6 +152,7 @@ def measure(entries: int, running: int) -> dict[str, float]:
         "bill_peak_mib": bill_peak / 2**20,
         "bill_from_scratch_s": scratch,
         "bill_from_scratch_cpu_s": scratch_cpu,
+        **{k: v for k, v in spend.items() if k.endswith("_s")},
     }
 
 
@@ -155,6 +167,19 @@ def _bills(engine) -> list[TeamBill]:
     """What `GET /v1/bill` reads and computes (control/api/economy.py)."""
     with engine.connect() as conn:
         return bills_from_totals(read_totals(conn))
+
+
+def _spend(engine, since: float) -> dict:
+    """What the dashboard's teams panel reads now (web/routes.py)."""
+    with engine.connect() as conn:
+        return period_spend(spend_since(conn, since))
+
+
+def _spend_parsed(engine, since: float) -> dict:
+    """The same, as it was read before: every entry of the period, JSON and all."""
+    with engine.connect() as conn:
+        rows = conn.execute(select(LEDGER.c.entry).where(LEDGER.c.at >= since)).all()
+    return period_spend(r.entry for r in rows)
 
 
 def main() -> None:
@@ -173,6 +198,8 @@ def main() -> None:
         "bill s (CPU)",
         "from scratch s (CPU)",
         "bill peak MiB",
+        "30-day spend s (CPU)",
+        "parsed s (CPU)",
     ):
         table.add_column(col, justify="right")
     for r in runs:
@@ -187,8 +214,10 @@ def main() -> None:
             if r["bill_from_scratch_s"] is None
             else f"{r['bill_from_scratch_s']:.2f} ({r['bill_from_scratch_cpu_s']:.2f})",
             f"{r['bill_peak_mib']:.1f}",
+            f"{r['spend_s']:.2f} ({r['spend_cpu_s']:.2f})",
+            f"{r['spend_parsed_s']:.2f} ({r['spend_parsed_cpu_s']:.2f})",
         )
-    Console().print(table)
+    Console(width=180).print(table)
     out = Path(__file__).resolve().parent / "results" / "ledger_bench.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(runs, indent=2) + "\n")

@@ -11,11 +11,12 @@ import pytest
 from sqlalchemy import func, select
 
 from gpu_arbiter.control.accounting import ledger_row
-from gpu_arbiter.control.bills import GROUPS, read_totals
+from gpu_arbiter.control.bills import GROUPS, read_totals, spend_since
 from gpu_arbiter.control.store import LEDGER, insert_rows, open_database
 from gpu_arbiter.domain import JobSpec
 from gpu_arbiter.economy import ChargeModel, Entry, Ledger
 from gpu_arbiter.economy.report import bills_from_totals, team_bills
+from gpu_arbiter.web.views import period_spend
 from tests.control.direct import ADMIN, Executor, advance, call, new_loop, setup, submit, tick
 from tests.control.harness import database, start_server
 from tests.control.ledger_mix import assert_same_bills, mixed_ledger
@@ -93,6 +94,29 @@ def test_the_bills_the_database_sums_are_those_of_every_entry(db, tmp_path, monk
         assert_same_bills([b.to_dict() for b in bills_from_totals(totals)], want)
         vision = next(b for b in want if b["team"] == "vision")
         assert vision["credits_charged"] > 1000 * 2 * 59.5 / 3600
+    finally:
+        engine.dispose()
+
+
+def test_the_dashboard_spend_the_database_sums_is_that_of_the_period_entries(db, monkeypatch):
+    engine = open_database(db)
+    try:
+        start = 1.7e9
+        book = append(engine, lambda seq: mixed_ledger(seq, start))
+        entries = book.entries()
+        since = sorted(e.at for e in entries)[len(entries) // 2]  # a period begun mid-ledger
+        with engine.connect() as conn:
+            rows = conn.execute(select(LEDGER.c.entry).where(LEDGER.c.at >= since)).all()
+        want = period_spend(r.entry for r in rows)
+        assert len(want) >= 2 and any(s.useful_gpu_seconds < s.gpu_seconds for s in want.values())
+        monkeypatch.setattr(Entry, "from_json", None)  # no entry's JSON is read
+        with engine.connect() as conn:
+            got = period_spend(spend_since(conn, since))
+        assert got.keys() == want.keys()
+        for team, s in want.items():
+            assert got[team].credits == pytest.approx(s.credits)
+            assert got[team].gpu_seconds == pytest.approx(s.gpu_seconds)
+            assert got[team].useful_gpu_seconds == pytest.approx(s.useful_gpu_seconds)
     finally:
         engine.dispose()
 

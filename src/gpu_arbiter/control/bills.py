@@ -49,3 +49,21 @@ def read_totals(conn: Connection) -> dict[str, TeamTotals]:
             if has_useful:
                 t.useful_gpu_seconds = (t.useful_gpu_seconds or 0.0) + useful
     return totals
+
+
+def spend_since(conn: Connection, since: float) -> list[dict[str, object]]:
+    """Charges and refunds posted since `since` (the budget period's start), summed by the
+    database per team, kind and reason: the rows `web.views.period_spend` folds, as few as
+    the teams and reasons, where the dashboard used to parse every entry of the period."""
+    q = (
+        select(
+            LEDGER.c.team,
+            LEDGER.c.kind,
+            LEDGER.c.reason,
+            func.sum(LEDGER.c.credits).label("credits"),
+            func.coalesce(func.sum(LEDGER.c.gpu_seconds), 0.0).label("gpu_seconds"),
+        )
+        .where(LEDGER.c.at >= since, LEDGER.c.kind.in_((CHARGE, REFUND)))
+        .group_by(LEDGER.c.team, LEDGER.c.kind, LEDGER.c.reason)
+    )
+    return [dict(r) for r in conn.execute(q).mappings()]

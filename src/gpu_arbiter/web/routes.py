@@ -29,6 +29,7 @@ from sqlalchemy.engine import Engine
 from starlette.concurrency import run_in_threadpool
 
 from gpu_arbiter.control.auth import Authenticator
+from gpu_arbiter.control.bills import spend_since
 from gpu_arbiter.control.errors import NotFound, Unavailable
 from gpu_arbiter.control.jobrows import job_view
 from gpu_arbiter.control.loop import ControlLoop
@@ -234,11 +235,8 @@ def dashboard_router(
             return {r["id"]: dict(r) for r in conn.execute(q).mappings()}
 
     def _spend(since: float) -> tuple[dict, dict[str, Any]]:
-        q = select(LEDGER.c.entry).where(
-            LEDGER.c.at >= since, LEDGER.c.kind.in_(("charge", "refund"))
-        )
         with db.connect() as conn:
-            entries = [r.entry for r in conn.execute(q)]
+            entries = spend_since(conn, since)
             row = conn.execute(select(SETTINGS.c.value).where(SETTINGS.c.key == "prices")).first()
         return period_spend(entries), (row.value if row else {})
 

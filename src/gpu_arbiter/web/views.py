@@ -174,8 +174,9 @@ class PeriodSpend:
 
 
 def period_spend(entries: Iterable[Mapping[str, Any]]) -> dict[str, PeriodSpend]:
-    """Fold ledger entries (their JSON) into spend per team. A charge for lost work or a re-run
-    held GPUs without producing kept progress, so only "run" charges count as useful."""
+    """Fold ledger entries, or their sums by team, kind and reason (`control.bills.spend_since`),
+    into spend per team. A charge for lost work or a re-run held GPUs without producing kept
+    progress, so only "run" charges count as useful."""
     acc: dict[str, list[float]] = {}
     for e in entries:
         a = acc.setdefault(e["team"], [0.0, 0.0, 0.0])
