@@ -159,7 +159,7 @@ class LedgerRow(Base):
 
     seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     kind: Mapped[str] = mapped_column(String(16))
-    team: Mapped[str] = mapped_column(String(64), index=True)
+    team: Mapped[str] = mapped_column(String(64))  # indexed first in ix_ledger_sums
     # Indexed: a restart reads the running jobs' charges and the current period's sums.
     job_id: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
     at: Mapped[float] = mapped_column(Float, index=True)
