@@ -132,3 +132,19 @@ def test_simulate_injects_degraded_nodes_only_when_asked():
     assert "degraded_nodes" not in plain
     slow = json.loads(run(*args, "--degraded-afr", "50").stdout)
     assert slow["degraded_nodes"] > 0 and "straggler_slow_gpu_hours" in slow
+
+
+def test_simulate_sets_gavels_allocation_reset_interval():
+    def avg_jct(*reset: str) -> float:
+        args = ("--workload", "synthetic:150", "--seed", "3", "--load", "1.5", "--no-failures")
+        out = run("simulate", "--policy", "gavel", *args, *reset, "--json")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)["avg_jct_s"]
+
+    default = avg_jct()
+    assert avg_jct("--gavel-reset", "1920") == default  # Gavel's own default
+    assert avg_jct("--gavel-reset", "0") != default  # the LP recomputed every round
+    for bad, words in ((("--policy", "fifo", "--gavel-reset", "0"), "gavel only"),
+                       (("--policy", "gavel", "--gavel-reset", "-1"), ">= 0")):  # fmt: skip
+        out = run("simulate", "--workload", "synthetic:10", *bad)
+        assert out.returncode == 2 and words in out.stderr and len(out.stderr.splitlines()) == 1

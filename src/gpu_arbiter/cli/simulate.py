@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -41,7 +42,8 @@ from gpu_arbiter.cli.inputs import (
 )
 from gpu_arbiter.domain import InvalidInput
 from gpu_arbiter.economy import BudgetPolicy
-from gpu_arbiter.engine import get_policy
+from gpu_arbiter.engine import Policy, get_policy
+from gpu_arbiter.engine.policies import GavelPolicy
 from gpu_arbiter.metrics.kpis import show_duration
 from gpu_arbiter.reliability import Action, BreakerPolicy
 from gpu_arbiter.reliability.stragglers import StragglerConfig
@@ -65,6 +67,13 @@ def simulate(
     policy: Annotated[
         str, typer.Option(help="fifo, backfill, tiresias, gavel or arbiter.")
     ] = "arbiter",
+    gavel_reset: Annotated[
+        float | None,
+        typer.Option(
+            help="With --policy gavel: seconds at least between recomputations of its LP "
+            "allocation (Gavel's own default 1920; 0 recomputes every round)."
+        ),
+    ] = None,
     cluster: Annotated[str, typer.Option(help=CLUSTER_HELP)] = "small",
     load: Annotated[float, typer.Option(help="Offered load of the synthetic workload.")] = 0.9,
     trace: Annotated[Path | None, typer.Option(help="Replay this trace file instead.")] = None,
@@ -129,7 +138,7 @@ def simulate(
     ] = None,
 ) -> None:
     """Simulate a workload on a cluster under a policy (event-driven, virtual clock)."""
-    get_policy(policy)
+    chosen = chosen_policy(policy, gavel_reset)
     engine = engine_config(notice_stop)  # bad input fails before any trace is read
     if not budget_period_days > 0:
         raise InvalidInput(f"--budget-period-days must be > 0, got {budget_period_days}")
@@ -155,7 +164,7 @@ def simulate(
         ),
     )
     with progress_on_tty(len(inputs.jobs)) as finished:
-        result = run_simulation(inputs.cluster, teams, policy, inputs.jobs, config, finished)
+        result = run_simulation(inputs.cluster, teams, chosen, inputs.jobs, config, finished)
     if fmt == "arbiter" and trace is not None:  # the cluster's own history: how close?
         real = real_delays(trace, fmt, reading, seed) or ()
         fidelity = replay_fidelity(real, {policy: result})
@@ -259,3 +268,15 @@ def kpi_table(kpis: dict) -> Table:
     for k, v in rows:
         table.add_row(k, v)
     return table
+
+
+def chosen_policy(name: str, gavel_reset: float | None) -> Policy:
+    """The policy `--policy` names, with `--gavel-reset` for the one it applies to."""
+    policy = get_policy(name)
+    if gavel_reset is None:
+        return policy
+    if not isinstance(policy, GavelPolicy):
+        raise InvalidInput(f"--gavel-reset applies to --policy gavel only, not {name!r}")
+    if not (gavel_reset >= 0 and math.isfinite(gavel_reset)):
+        raise InvalidInput(f"--gavel-reset must be a number of seconds >= 0, got {gavel_reset}")
+    return GavelPolicy(reset_interval_s=gavel_reset)
