@@ -7,9 +7,10 @@
 
 The trace sweep (`bench.trace_sweep`) judges one folder of one format; this replays the whole
 corpus under ROOT (`corpus`: Tiresias' 60_job on each of its cluster files, traces built from
-its yarn-gput duration samples, every Gavel trace, every Alibaba v2023 pod list), each trace at
-the cluster and arrival scale the per-format benchmarks use, under every policy and seed, in
-two settings (`SETTINGS`):
+its yarn-gput duration samples, every Gavel trace, every Alibaba v2023 pod list: those without
+times take them from `openb_pod_list_default.csv`, by name or drawn by GPU count, see
+`gpu_arbiter.traces.alibaba`), each trace at the cluster and arrival scale the per-format
+benchmarks use, under every policy and seed, in two settings (`SETTINGS`):
 
 - *mechanics*: every job at tier 3 (the trace's own tier field ignored, `--tier-mix 0,0,1`),
   so one scheduler meets another with nothing to honour;
@@ -23,9 +24,9 @@ command and the commit), which is generated and not to be edited by hand.
 
 Each (trace, setting, policy, seed) replay is one task for the worker processes (`--jobs`). Its
 KPIs are kept under `--results`/CODE/ (CODE: a digest of the simulating code's git trees,
-`SIMULATING`, and of any uncommitted change to it), in a file
-named by a digest of its inputs (the trace file's bytes, format, cluster, arrival scale, how
-tiers are read, policy, seed), so an interrupted run picks up where it stopped and a subset
+`SIMULATING`, and of any uncommitted change to it), in a file named by a digest of its inputs
+(the bytes of the files it reads, `trace_digest`; format, cluster, arrival scale, how tiers
+are read, policy, seed), so an interrupted run picks up where it stopped and a subset
 run reuses what a larger one measured. Each result also keeps its run's name and CPU time;
 runs go to the workers longest first by what they cost under earlier code, the tool prints an
 ETA as they end, and the record ends with the CPU time by trace family and policy
@@ -68,6 +69,7 @@ from gpu_arbiter.cli.inputs import load_inputs, trace_options
 from gpu_arbiter.domain import InvalidInput
 from gpu_arbiter.engine.policies import POLICIES
 from gpu_arbiter.sim.report import ties
+from gpu_arbiter.traces.alibaba import times_source
 from gpu_arbiter.traces.base import MIX, TraceOptions
 from gpu_arbiter.traces.tiresias import tiresias_cluster
 
@@ -240,6 +242,19 @@ def file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def trace_digest(entry: Entry) -> str:
+    """A digest of the files a replay of `entry` reads: the trace's, and for an Alibaba pod list
+    without times also the default list's it takes them from."""
+    digest = file_digest(entry.path)
+    try:
+        source = times_source(entry.path) if entry.fmt == "alibaba-v2023" else None
+    except InvalidInput:
+        source = None  # the replay records why it cannot run
+    if source is None:
+        return digest
+    return hashlib.sha256((digest + file_digest(source)).encode()).hexdigest()
+
+
 def cache_path(results: Path, task: Task, trace_digest: str) -> Path:
     key = {
         "trace": trace_digest,
@@ -291,7 +306,7 @@ def run_all(tasks: list[Task], results: Path, jobs: int, console: Console | None
     """Every task's result, from the cache where it is there, else run by `jobs` worker
     processes and kept in the cache as each one ends."""
     results.mkdir(parents=True, exist_ok=True)
-    digests = {e.path: file_digest(e.path) for e in {t.entry for t in tasks}}
+    digests = {e.path: trace_digest(e) for e in {t.entry for t in tasks}}
     runs: Runs = {}
     todo: list[tuple[Task, Path]] = []
     for t in tasks:
@@ -566,8 +581,10 @@ def markdown(
         f"{YARN_LOAD:.0%} of the {YARN_CLUSTER_FILE} cluster (64 GPUs), on which it runs. "
         "Of the Alibaba pod lists, `default` and the nine `cpu*` lists hold the same GPU pods "
         "(they differ in CPU-only pods, which are no GPU jobs and are not read), so their rows "
-        "differ only in the teams drawn for the pods; the `multigpu*` lists have no QoS, "
-        "creation or deletion times and cannot be replayed.",
+        "differ only in the teams drawn for the pods. The `multigpu*` lists have no QoS or "
+        "times: their pods take them by name from `default`, which they were sampled from, and "
+        "the multi-GPU pods they add draw them (seeded by the run's seed) from `default`'s pods "
+        "of the same GPU count.",
         "",
         "How the `gavel` baseline compares with the real Gavel simulator: "
         "[gavel-crosscheck.md](gavel-crosscheck.md).",

@@ -10,7 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from bench.corpus import Row, build_yarn, main, ratio, ratio_text, summarise
+from bench.corpus import (
+    Entry,
+    Row,
+    build_yarn,
+    file_digest,
+    main,
+    ratio,
+    ratio_text,
+    summarise,
+    trace_digest,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "traces"
 
@@ -100,6 +110,25 @@ def test_a_yarn_trace_is_built_from_the_samples_seeded(tmp_path: Path) -> None:
     assert gpu_time == pytest.approx([120, 480, 960, 4000], abs=2)
     submits = [int(r["submit_time"]) for r in rows]
     assert submits[0] == 0 and submits == sorted(submits)
+
+
+def test_a_pod_list_without_times_is_cached_by_the_default_list_it_reads_too(
+    tmp_path: Path,
+) -> None:
+    for name in ("openb_pod_list_default.csv", "openb_pod_list_multigpu20.csv"):
+        shutil.copy(FIXTURES / "openb_multigpu" / name, tmp_path / name)
+    sampled = Entry(
+        "alibaba/multigpu20", tmp_path / "openb_pod_list_multigpu20.csv", "alibaba-v2023", "x"
+    )
+    default = Entry(
+        "alibaba/default", tmp_path / "openb_pod_list_default.csv", "alibaba-v2023", "x"
+    )
+    assert trace_digest(default) == file_digest(default.path)  # its own times
+    before = trace_digest(sampled)
+    assert before != file_digest(sampled.path)
+    with default.path.open("a") as f:
+        f.write("openb-pod-9999,8000,30517,1,1000,,BE,Succeeded,5,50,5\n")
+    assert trace_digest(sampled) != before
 
 
 def _corpus_root(tmp_path: Path) -> Path:

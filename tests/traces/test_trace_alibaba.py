@@ -1,6 +1,10 @@
 """Alibaba cluster-trace-gpu-v2023: pods to jobs, and the real node list to a cluster."""
 
 import csv
+import re
+import shutil
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -92,10 +96,93 @@ def test_strict_mode_raises_on_the_first_bad_row(traces_dir: Path) -> None:
         list(read_alibaba(path, TraceOptions(strict=True)))
 
 
-def test_a_pod_list_without_times_is_refused(traces_dir: Path) -> None:
-    jobs = read_alibaba(traces_dir / "openb_pod_list_multigpu_head.csv")
-    with pytest.raises(InvalidInput, match="missing columns qos, creation_time, deletion_time"):
-        next(jobs)
+def test_a_pod_list_without_times_and_without_a_default_list_is_refused(
+    traces_dir: Path,
+) -> None:
+    missing = re.escape(f"and no {traces_dir / 'openb_pod_list_default.csv'} beside it")
+    with pytest.raises(
+        InvalidInput, match=f"missing columns qos, creation_time, deletion_time, {missing}"
+    ):
+        read_alibaba(traces_dir / "openb_pod_list_multigpu_head.csv")
+
+
+MULTIGPU = "openb_pod_list_multigpu20.csv"
+ADDED = ["openb-pod-8318", "openb-pod-8319", "openb-pod-8320", "openb-pod-8321"]
+ADDED += ["openb-pod-8322", "openb-pod-8323", "openb-pod-9000"]
+RESIZED = "openb-pod-0128"  # named in the default list with other resources
+
+
+def _read(folder: Path, name: str, seed: int = 0) -> tuple[dict, ReadStats]:
+    stats = ReadStats(source=name)
+    jobs = read_alibaba(folder / name, TraceOptions(seed=seed), stats)
+    return {j.id: j for j in jobs}, stats
+
+
+def _times(job) -> tuple:
+    return (job.submit_s, job.duration_s, job.tier)
+
+
+def test_pods_of_the_default_list_take_its_times_by_name(traces_dir: Path) -> None:
+    folder = traces_dir / "openb_multigpu"
+    own, _ = _read(folder, "openb_pod_list_default.csv")
+    sampled, _ = _read(folder, MULTIGPU)
+    matched = set(sampled) - set(ADDED) - {RESIZED}
+    assert matched == {"openb-pod-0000", "openb-pod-0001", "openb-pod-0002", "openb-pod-0003"} | {
+        "openb-pod-0004",
+        "openb-pod-0006",
+        "openb-pod-0017",
+        "openb-pod-0422",
+        "openb-pod-2182",
+    }  # pod-0005 is CPU-only
+    for name in matched:
+        assert sampled[name] == own[name]
+    assert sampled["openb-pod-0017"].tier == Tier.BUSINESS  # Burstable, from the default list
+
+
+def test_other_pods_draw_their_times_from_default_pods_of_their_gpu_count(
+    traces_dir: Path,
+) -> None:
+    folder = traces_dir / "openb_multigpu"
+    own, _ = _read(folder, "openb_pod_list_default.csv")
+    by_gpus: dict[int, set] = {}
+    for job in own.values():  # jobs only: the zero-duration pod-7285 is none
+        by_gpus.setdefault(job.gpus, set()).add(_times(job))
+    runs = [_read(folder, MULTIGPU, seed)[0] for seed in (0, 0, 1)]
+    for jobs in runs:
+        for name in [*ADDED, RESIZED]:
+            assert _times(jobs[name]) in by_gpus[jobs[name].gpus], name
+    assert jobs["openb-pod-8320"].gpus == 4 and jobs["openb-pod-8322"].gpus == 2
+    drawn = [{n: _times(jobs[n]) for n in [*ADDED, RESIZED]} for jobs in runs]
+    assert drawn[0] == drawn[1]  # the same seed draws the same times
+    assert drawn[0] != drawn[2]
+
+
+def test_the_read_summary_says_where_the_times_came_from(traces_dir: Path) -> None:
+    _, stats = _read(traces_dir / "openb_multigpu", MULTIGPU)
+    assert stats.times == Counter(
+        {
+            "taken by name from openb_pod_list_default.csv": 9,
+            "drawn by GPU count from openb_pod_list_default.csv": 8,
+        }
+    )
+    assert stats.summary().endswith(
+        "; times 9 taken by name from openb_pod_list_default.csv, "
+        "8 drawn by GPU count from openb_pod_list_default.csv"
+    )
+    _, own = _read(traces_dir / "openb_multigpu", "openb_pod_list_default.csv")
+    assert not own.times and "times" not in own.summary()
+
+
+def test_a_pod_whose_gpu_count_no_default_pod_has_is_a_bad_row(
+    traces_dir: Path, tmp_path: Path
+) -> None:
+    for name in ("openb_pod_list_default.csv", MULTIGPU):
+        shutil.copy(traces_dir / "openb_multigpu" / name, tmp_path / name)
+    with (tmp_path / MULTIGPU).open("a") as f:
+        f.write("openb-pod-9001,24000,98304,3,1000\n")
+    jobs, stats = _read(tmp_path, MULTIGPU)
+    assert "openb-pod-9001" not in jobs and stats.bad_rows == {"num_gpu": [20]}
+    assert stats.bad_first["num_gpu"] == "no pod of the default list with 3 GPU(s) to draw from"
 
 
 def test_cluster_matches_the_real_node_list(traces_dir: Path) -> None:
@@ -147,3 +234,28 @@ def test_a_fraction_keeps_every_model_at_a_smaller_size(traces_dir: Path) -> Non
     assert part.total_gpus < full.total_gpus / 10
     with pytest.raises(InvalidInput, match="fraction must be in"):
         alibaba_cluster(traces_dir / "openb_node_list_gpu_node.csv", fraction=0)
+
+
+def test_simulate_prints_where_the_times_came_from_or_refuses_in_one_line(
+    traces_dir: Path,
+) -> None:
+    def simulate(trace: Path) -> subprocess.CompletedProcess:
+        args = ["simulate", "--trace", str(trace), "--format", "alibaba-v2023", "--policy", "fifo"]
+        return subprocess.run(
+            [sys.executable, "-m", "gpu_arbiter.cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
+
+    done = simulate(traces_dir / "openb_multigpu" / MULTIGPU)
+    assert done.returncode == 0, done.stderr
+    assert (
+        "times 9 taken by name from openb_pod_list_default.csv, "
+        "8 drawn by GPU count from openb_pod_list_default.csv"
+    ) in done.stderr
+    refused = simulate(traces_dir / "openb_pod_list_multigpu_head.csv")
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "missing columns qos, creation_time, deletion_time, and no " in refused.stderr
+    assert "openb_pod_list_default.csv beside it" in refused.stderr

@@ -16,13 +16,27 @@ Mapping of a pod:
   models; without one, `ALIBABA_SOURCE_SPEED` (V100-class, the class of 82% of the cluster's
   GPUs under the assumption below).
 
-The sampled `openb_pod_list_multigpu*.csv` files carry no times or QoS and are refused.
+A pod list without times (the sampled `openb_pod_list_multigpu*.csv`: only `name`, `cpu_milli`,
+`memory_mib`, `num_gpu`, `gpu_milli`, made for a simulator that needs none) takes them from
+`openb_pod_list_default.csv` beside it, which it was sampled from:
+
+* a pod named in the default list with the same resources (`cpu_milli`, `memory_mib`,
+  `num_gpu`, `gpu_milli`) takes that pod's `qos`, `pod_phase` and creation, scheduling and
+  deletion times;
+* any other pod (the lists add multi-GPU pods under new names) takes them all from one pod of
+  the default list with the same `num_gpu`, drawn by a hash of the run's seed and its name, so
+  submit time, duration and QoS follow their empirical joint distribution for that GPU count
+  and the list keeps its added multi-GPU load. Only default pods that are jobs themselves
+  (positive duration) are drawn.
+
+The read summary counts the jobs of each kind (`ReadStats.times`). Without a default list
+beside it, such a list is refused, naming the missing columns and the missing file.
 """
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +54,7 @@ from gpu_arbiter.traces.base import (
     check_columns,
     csv_rows,
     gpu_count,
+    unit_hash,
 )
 from gpu_arbiter.traces.hardware import A10, P100, T4, V100M16, V100M32, pack_cluster
 
@@ -63,10 +78,15 @@ ALIBABA_SOURCE_SPEED = 0.35
 NODES_PER_RACK = 16
 QOS_TIERS: Mapping[str, int] = {"LS": 1, "Guaranteed": 1, "Burstable": 2, "BE": 3}
 
+DEFAULT_POD_LIST = "openb_pod_list_default.csv"
+
 _REQUIRED = ("name", "num_gpu", "gpu_milli", "qos", "creation_time", "deletion_time")
 _FIELDS = frozenset(
     (*_REQUIRED, "cpu_milli", "memory_mib", "gpu_spec", "pod_phase", "scheduled_time")
 )
+# A pod list without times has these columns; they must match a default pod's to take its times.
+_RESOURCES = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+_TIMES = ("qos", "pod_phase", "creation_time", "deletion_time", "scheduled_time")
 
 
 class AlibabaReader(TraceReader):
@@ -75,38 +95,116 @@ class AlibabaReader(TraceReader):
     tier_field = "qos"
     tier_map = QOS_TIERS
 
-    def records(self, path: Path, report: Reporter) -> RecordPass:
-        return lambda rep: csv_rows(path, rep, _REQUIRED)
+    def locate(self, path: Path) -> Path:
+        """Also refuses, before any job is read, a list whose times are nowhere to be found."""
+        located = super().locate(path)
+        times_source(located)
+        return located
+
+    def records(self, path: Path, report: Reporter, options: TraceOptions) -> RecordPass:
+        default = times_source(path)
+        times = None
+        if default is not None:
+            side = Reporter(str(default), report.stats, report.strict, "default.")
+            times = _DefaultTimes(default, side, options.seed)
+
+        def read_pass(rep: Reporter) -> Generator[tuple[int, Any], None, None]:
+            for row, pod in csv_rows(path, rep, _REQUIRED if times is None else _RESOURCES):
+                yield row, (pod, times)
+
+        return read_pass
 
     def parse(self, row: int, record: Any) -> TraceRecord | Skip:
-        num_gpu = gpu_count(record, "num_gpu")
+        pod, times = record
+        num_gpu = gpu_count(pod, "num_gpu")
         if isinstance(num_gpu, Skip):
             return num_gpu
-        milli = as_int(record["gpu_milli"], "gpu_milli")
-        if not 0 < milli <= MILLI or (milli < MILLI and num_gpu > 1):
-            raise BadField("gpu_milli", f"{milli} is not a GPU share for {num_gpu} GPU(s)")
-        accepted = _gpu_spec(record.get("gpu_spec", ""))
-        created = as_int(record["creation_time"], "creation_time")
-        scheduled = record.get("scheduled_time", "")
-        start = as_int(scheduled, "scheduled_time") if scheduled.strip() else created
-        run_s = as_int(record["deletion_time"], "deletion_time") - start
-        if run_s < 0:
-            raise BadField("deletion_time", f"before the pod started ({start})")
-        if run_s == 0:
-            return Skip("zero_duration")
-        if not record["name"]:
-            raise BadField("name", "missing")
-        speeds = {name: ALIBABA_GPU_TYPES[name].speed for name in accepted}
-        return TraceRecord(
-            id=record["name"],
-            submit_s=created,
-            run_s=run_s,
-            gpus=num_gpu,
-            gpu_milli=milli,
-            gpu_types=speeds,
-            source_speed=sum(speeds.values()) / len(speeds) if speeds else ALIBABA_SOURCE_SPEED,
-            fields=record,
+        if times is None:
+            return _job(pod, num_gpu)
+        timed, times_from = times.fill(pod, num_gpu)
+        return _job(timed, num_gpu, times_from)
+
+
+def times_source(path: Path) -> Path | None:
+    """The default pod list that the pod list at `path` takes its times from (module
+    docstring), or None where it has its own. A list without times and without a default list
+    beside it is refused here, naming the columns and the file it lacks."""
+    with path.open(newline="", encoding="utf-8", errors="replace") as f:
+        header = [c.strip() for c in next(csv.reader(f), [])]
+    lacking = [c for c in _REQUIRED if c not in header]
+    if not lacking or any(c not in header for c in _RESOURCES):
+        return None  # its own times, or not a pod list at all (`csv_rows` says which columns)
+    default = path.parent / DEFAULT_POD_LIST
+    if default.resolve() == path.resolve() or not default.is_file():
+        raise InvalidInput(
+            f"{path}: missing columns {', '.join(lacking)}, and no {default} beside it to take "
+            "them from"
         )
+    return default
+
+
+class _DefaultTimes:
+    """The pods of the default list, by name and (those that are jobs) by GPU count."""
+
+    def __init__(self, path: Path, report: Reporter, seed: int) -> None:
+        self.seed = seed
+        self.taken = f"taken by name from {path.name}"
+        self.drawn = f"drawn by GPU count from {path.name}"
+        self.by_name: dict[str, dict[str, str]] = {}
+        self.by_gpus: dict[int, list[dict[str, str]]] = {}
+        for _, pod in csv_rows(path, report, _REQUIRED):
+            self.by_name.setdefault(pod["name"].strip(), pod)
+            try:
+                gpus = gpu_count(pod, "num_gpu")
+                job = gpus if isinstance(gpus, Skip) else _job(pod, gpus)
+            except BadField:
+                continue  # only a pod named by the list reports it, as its own bad row
+            if isinstance(job, TraceRecord):
+                self.by_gpus.setdefault(job.gpus, []).append(pod)
+
+    def fill(self, pod: dict[str, str], gpus: int) -> tuple[dict[str, str], str]:
+        """The pod with its times, and where they came from."""
+        name = pod["name"].strip()
+        if not name:
+            raise BadField("name", "missing")
+        same = self.by_name.get(name)
+        if same is not None and all(same[c].strip() == pod[c].strip() for c in _RESOURCES):
+            return {**pod, **{c: same.get(c, "") for c in _TIMES}}, self.taken
+        pool = self.by_gpus.get(gpus)
+        if not pool:
+            raise BadField("num_gpu", f"no pod of the default list with {gpus} GPU(s) to draw from")
+        drawn = pool[int(unit_hash(self.seed, "alibaba-times", name) * len(pool))]
+        return {**pod, **{c: drawn.get(c, "") for c in _TIMES}}, self.drawn
+
+
+def _job(record: dict[str, str], num_gpu: int, times_from: str | None = None) -> TraceRecord | Skip:
+    """One GPU pod with its times as a job (module docstring)."""
+    milli = as_int(record["gpu_milli"], "gpu_milli")
+    if not 0 < milli <= MILLI or (milli < MILLI and num_gpu > 1):
+        raise BadField("gpu_milli", f"{milli} is not a GPU share for {num_gpu} GPU(s)")
+    accepted = _gpu_spec(record.get("gpu_spec", ""))
+    created = as_int(record["creation_time"], "creation_time")
+    scheduled = record.get("scheduled_time", "")
+    start = as_int(scheduled, "scheduled_time") if scheduled.strip() else created
+    run_s = as_int(record["deletion_time"], "deletion_time") - start
+    if run_s < 0:
+        raise BadField("deletion_time", f"before the pod started ({start})")
+    if run_s == 0:
+        return Skip("zero_duration")
+    if not record["name"]:
+        raise BadField("name", "missing")
+    speeds = {name: ALIBABA_GPU_TYPES[name].speed for name in accepted}
+    return TraceRecord(
+        id=record["name"],
+        submit_s=created,
+        run_s=run_s,
+        gpus=num_gpu,
+        gpu_milli=milli,
+        gpu_types=speeds,
+        source_speed=sum(speeds.values()) / len(speeds) if speeds else ALIBABA_SOURCE_SPEED,
+        fields=record,
+        times_from=times_from,
+    )
 
 
 def _gpu_spec(raw: str) -> list[str]:

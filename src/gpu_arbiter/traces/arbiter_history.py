@@ -153,7 +153,7 @@ class ArbiterHistoryReader(TraceReader):
         read_header(path)  # a wrong file fails at once, not as every line bad
         return path
 
-    def records(self, path: Path, report: Reporter) -> RecordPass:
+    def records(self, path: Path, report: Reporter, options: TraceOptions) -> RecordPass:
         return lambda rep: _lines(path, rep)
 
     def parse(self, row: int, record: Any) -> TraceRecord | Skip:

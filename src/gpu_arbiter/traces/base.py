@@ -127,7 +127,8 @@ class ReadStats:
     the first few row numbers of each in `bad_rows` and the first message in `bad_first`
     (shown when no row at all could be read: it says what the reader expected). `warned`
     counts jobs read whose values disagree with each other, by what is wrong, with the first
-    few row numbers in `warned_rows`.
+    few row numbers in `warned_rows`. `times` counts jobs whose times the trace lacks and a
+    reader took from elsewhere, by where (`TraceRecord.times_from`).
     """
 
     source: str
@@ -140,6 +141,7 @@ class ReadStats:
     bad_first: dict[str, str] = field(default_factory=dict)
     warned: Counter[str] = field(default_factory=Counter)
     warned_rows: dict[str, list[int]] = field(default_factory=dict)
+    times: Counter[str] = field(default_factory=Counter)
 
     def add_bad(self, row: int, reason: str, message: str = "") -> None:
         self.bad[reason] += 1
@@ -172,6 +174,8 @@ class ReadStats:
             text += " (" + "; ".join(parts) + ")"
         if self.tiers:
             text += "; tiers " + ", ".join(f"{n} {how}" for how, n in sorted(self.tiers.items()))
+        if self.times:
+            text += "; times " + ", ".join(f"{n} {how}" for how, n in self.times.most_common())
         if self.warned:
             text += "; WARNING: " + "; ".join(
                 f"{n} jobs {what} (rows {_rows(self.warned_rows[what], n)})"
@@ -226,6 +230,9 @@ class TraceRecord:
     # walltime estimate in the trace's seconds and the checkpoint interval.
     walltime_s: float | None = None
     checkpoint_interval_s: float | None = None
+    # Where submit and run times came from when the trace has none of its own (counted in
+    # `ReadStats.times`); None: from the trace.
+    times_from: str | None = None
 
 
 class Reporter:
@@ -253,8 +260,9 @@ class TraceReader(ABC):
     """One trace format. Subclasses set the class attributes and implement `records`/`parse`.
 
     `records` prepares a file once (it may index a side file, reporting its bad rows to
-    `report`) and returns a `RecordPass`: each call reads the file again from the start,
-    yielding (row number, raw record) and sending rows it cannot split to the given reporter.
+    `report`; `options.seed` seeds whatever it draws) and returns a `RecordPass`: each call
+    reads the file again from the start, yielding (row number, raw record) and sending rows
+    it cannot split to the given reporter.
     `parse` maps one raw record to a `TraceRecord` or a `Skip`, or raises `BadField`.
     """
 
@@ -276,7 +284,7 @@ class TraceReader(ABC):
         return path
 
     @abstractmethod
-    def records(self, path: Path, report: Reporter) -> RecordPass: ...
+    def records(self, path: Path, report: Reporter, options: TraceOptions) -> RecordPass: ...
 
     @abstractmethod
     def parse(self, row: int, record: Any) -> TraceRecord | Skip: ...
@@ -321,7 +329,7 @@ class TraceReader(ABC):
 
     def _jobs(self, path: Path, options: TraceOptions, stats: ReadStats) -> Iterator[JobSpec]:
         report = Reporter(str(path), stats, options.strict)
-        read_pass = self.records(path, report)
+        read_pass = self.records(path, report, options)
         scratch = Reporter(str(path), ReadStats(source=str(path)), options.strict)
         first = self._candidates(read_pass, options, scratch)
         origin = min((r.submit_s for r, _ in first), default=0.0)
@@ -334,6 +342,8 @@ class TraceReader(ABC):
                 continue
             stats.jobs += 1
             stats.tiers[tier_source] += 1
+            if record.times_from is not None:
+                stats.times[record.times_from] += 1
             yield spec
 
     def _candidates(

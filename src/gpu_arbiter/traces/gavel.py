@@ -130,7 +130,7 @@ class GavelReader(TraceReader):
     tier_field = "priority_class"
     tier_map = PRIORITY_TIERS
 
-    def records(self, path: Path, report: Reporter) -> RecordPass:
+    def records(self, path: Path, report: Reporter, options: TraceOptions) -> RecordPass:
         def read_pass(rep: Reporter) -> Generator[tuple[int, list[str]], None, None]:
             with path.open(encoding="utf-8", errors="replace") as f:
                 for row, line in enumerate(f, start=1):

@@ -46,7 +46,7 @@ class HeliosReader(TraceReader):
     fields = _FIELDS
     team_field = "vc"
 
-    def records(self, path: Path, report: Reporter) -> RecordPass:
+    def records(self, path: Path, report: Reporter, options: TraceOptions) -> RecordPass:
         return lambda rep: csv_rows(path, rep, _REQUIRED)
 
     def parse(self, row: int, record: Any) -> TraceRecord | Skip:

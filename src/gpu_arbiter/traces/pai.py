@@ -96,7 +96,7 @@ class PaiReader(TraceReader):
                 raise InvalidInput(f"pai2020 trace: file not found: {needed}")
         return job_table
 
-    def records(self, path: Path, report: Reporter) -> RecordPass:
+    def records(self, path: Path, report: Reporter, options: TraceOptions) -> RecordPass:
         task_table = path.parent / TASK_TABLE
         tasks = _index_tasks(
             task_table, Reporter(str(task_table), report.stats, report.strict, "task.")

@@ -109,7 +109,7 @@ class PhillyReader(TraceReader):
     fields = _FIELDS
     team_field = "vc"
 
-    def records(self, path: Path, report: Reporter) -> RecordPass:
+    def records(self, path: Path, report: Reporter, options: TraceOptions) -> RecordPass:
         return lambda rep: json_array(path, rep)
 
     def parse(self, row: int, record: Any) -> TraceRecord | Skip:
