@@ -9,6 +9,7 @@ import copy
 import json
 import threading
 from collections.abc import Iterator
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,16 @@ class FakeApiServer:
         if method == "GET" and path == "/api/v1/nodes":
             return 200, self.nodes
         if method == "POST" and path == pods:
+            if body["metadata"]["name"] in self.pods:
+                return 409, {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Failure",
+                    "reason": "AlreadyExists",
+                    "code": 409,
+                    "message": f'pods "{body["metadata"]["name"]}" already exists',
+                }
             pod = copy.deepcopy(body)
             pod["metadata"].update(uid=f"uid-{len(self.pods)}", resourceVersion="1")
             pod["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
@@ -247,3 +258,63 @@ def test_a_restarted_backend_adopts_the_pods_still_running(server, backend, tmp_
 def test_product_labels_map_to_catalog_gpu_types():
     assert gpu_type_from_product("NVIDIA-H100-80GB-HBM3") == "H100"
     assert gpu_type_from_product("NVIDIA-A100-SXM4-80GB") == "A100"
+
+
+SUCCEEDED_AT = datetime.fromisoformat("2025-05-02T10:02:29+00:00").timestamp()  # the fixtures'
+FAILED_AT = datetime.fromisoformat("2025-05-02T10:01:39+00:00").timestamp()
+RUN_BEGAN = SUCCEEDED_AT - 3600
+
+
+def restarted(server: FakeApiServer, tmp_path: Path) -> KubernetesBackend:
+    api = client.ApiClient(client.Configuration(host=server.url))
+    return KubernetesBackend(client.CoreV1Api(api), NS, "img", tmp_path / "again")
+
+
+def test_a_gang_that_succeeded_while_no_control_plane_watched_is_reported_finished(
+    server, backend, tmp_path
+):
+    backend.start(GANG)
+    for name in ("arbiter-j42-0", "arbiter-j42-1"):
+        server.set_status(name, "pod-status-succeeded.json")
+    again = restarted(server, tmp_path)
+    assert again.running() == []
+    ended = again.outcome("j42", RUN_BEGAN, RUN_BEGAN + 60)
+    assert isinstance(ended, JobFinished) and ended.at == SUCCEEDED_AT  # the kubelet's end
+    assert again.outcome("j42", SUCCEEDED_AT + 1) is None  # those pods are an earlier run's
+    assert len(server.pods) == 2  # the only record of that end, until the server has it
+    again.forget("j42")
+    assert server.pods == {} and "loss 2.1" in again.log_path("j42").read_text()
+    assert again.outcome("j42", RUN_BEGAN) is None
+
+
+def test_a_gang_with_a_failed_pod_is_reported_failed_with_its_exit_code(server, backend, tmp_path):
+    backend.start(GANG)
+    server.set_status("arbiter-j42-0", "pod-status-succeeded.json")
+    server.set_status("arbiter-j42-1", "pod-status-failed.json")
+    ended = restarted(server, tmp_path).outcome("j42", RUN_BEGAN)
+    assert isinstance(ended, JobFailed) and ended.exit_code == 3
+    assert ended.at == SUCCEEDED_AT  # its GPUs were held until its last pod ended
+
+
+def test_a_gang_with_a_pod_still_running_is_taken_back_whole(server, backend, tmp_path):
+    backend.start(GANG)
+    server.set_status("arbiter-j42-0", "pod-status-failed.json")
+    server.set_status("arbiter-j42-1", "pod-status-running.json")
+    again = restarted(server, tmp_path)
+    assert [r.job_id for r in again.running()] == ["j42"]
+    assert again.outcome("j42", RUN_BEGAN) is None
+    failed = [e for e in again.poll() if isinstance(e, JobFailed)]
+    assert [(e.job_id, e.exit_code) for e in failed] == [("j42", 3)]
+    assert server.pods == {}
+
+
+def test_a_job_queued_again_after_a_restart_starts_over_its_earlier_runs_pods(
+    server, backend, tmp_path
+):
+    backend.start(GANG)
+    server.set_status("arbiter-j42-0", "pod-status-failed.json")
+    server.set_status("arbiter-j42-1", "pod-status-failed.json")
+    again = restarted(server, tmp_path)
+    again.start(GANG)  # the same pod names: the ended ones are deleted first
+    assert [r.job_id for r in again.running()] == ["j42"]
+    assert {p["status"]["phase"] for p in server.pods.values()} == {"Pending"}

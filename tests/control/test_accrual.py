@@ -11,10 +11,11 @@ import time
 
 import pytest
 from sqlalchemy import select
+from sqlalchemy.engine import Engine
 
 from gpu_arbiter.control.config import ServerConfig
 from gpu_arbiter.control.loop import ControlLoop
-from gpu_arbiter.control.store import LEDGER, open_database
+from gpu_arbiter.control.store import JOBS, LEDGER, open_database
 from gpu_arbiter.domain import JobFinished, JobSpec
 from gpu_arbiter.economy import ChargeModel, Ledger
 from gpu_arbiter.economy.report import team_bills
@@ -284,13 +285,20 @@ class Gone(Executor):
     """A backend whose jobs all ended while the control plane was down, each at the time the
     server last knew it running (as the Slurm backend puts an exit record's earlier end)."""
 
-    def __init__(self) -> None:
+    def __init__(self, db: Engine | None = None) -> None:
         super().__init__()
         self.asked: list[tuple[str, float, float]] = []
+        self.forgotten: list[tuple[str, str]] = []  # (job, its state in the database then)
+        self.db = db
 
     def outcome(self, job_id: str, since: float, alive_at: float) -> JobFinished:
         self.asked.append((job_id, since, alive_at))
         return JobFinished(job_id, alive_at)
+
+    def forget(self, job_id: str) -> None:
+        with self.db.connect() as conn:
+            state = conn.execute(select(JOBS.c.state).where(JOBS.c.id == job_id)).scalar()
+        self.forgotten.append((job_id, state))
 
 
 def test_a_restart_tells_the_backend_when_it_last_knew_a_job_that_ended_running(db, tmp_path):
@@ -306,13 +314,14 @@ def test_a_restart_tells_the_backend_when_it_last_knew_a_job_that_ended_running(
     billed_to = loop.accounts.segs[job].billed_to
     assert billed_to > started + 4 * 60
 
-    gone = Gone()
+    gone = Gone(db)
     clock = Clock()
     clock.t = billed_to + 3600  # the restart, an hour later
     cfg = ServerConfig(state_dir=tmp_path, accrue_s=60.0, heartbeat_timeout_s=1e9)
     loop2 = ControlLoop(db, gone, cfg, clock=clock)  # type: ignore[arg-type]
     loop2.load()
     assert gone.asked == [(job, started, billed_to)]
+    assert gone.forgotten == [(job, "completed")]  # the backend's record goes once it is kept
     done = row(loop2, job)
     assert (done["state"], done["finished_at"]) == ("completed", billed_to)
     entries = _ledger_rows(loop2, job)

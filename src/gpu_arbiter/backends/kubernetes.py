@@ -16,6 +16,12 @@ Stopping deletes the pods with `gracePeriodSeconds` = the grace (tier 3: 0, kill
 tier 2: the tier's notice, SIGTERM first); the stop is reported once the pods are gone. When one
 pod of a gang fails the others are deleted: a gang lives and dies together.
 
+After a control-plane restart the pods still running are taken back (a gang with any pod
+running, whole); a job whose pods all ended meanwhile is answered by `outcome` from their status
+(the kubelet's exit codes and end times), and its pods are deleted only once the server has
+recorded that end (`forget`), so a crash in between cannot turn a finished job into one to run
+again.
+
 Nodes: GPU nodes (allocatable `nvidia.com/gpu` > 0); one that is not Ready or is cordoned
 (`spec.unschedulable`) is a fault (`NodeDown`), and `NodeUp` when it is back. The GPU type is
 read from GPU feature discovery's `nvidia.com/gpu.product` label, the rack from `arbiter.io/rack`
@@ -52,6 +58,7 @@ JOB_LABEL = "arbiter.io/job"
 POD_GROUP = "scheduling.x-k8s.io/pod-group"
 GANG_SIZE = "arbiter.io/gang-size"
 GPUS_ANNOTATION = "arbiter.io/gpus"
+ENDED = ("Succeeded", "Failed")  # pod phases no container runs in again (restartPolicy Never)
 
 
 class KubernetesError(ArbiterError):
@@ -94,6 +101,9 @@ class KubernetesBackend:
         self.poll_interval_s = poll_interval_s
         self.default_grace_s = default_grace_s
         self._jobs: dict[str, _Job] = {}
+        # Pods of runs that ended while no control plane watched, kept to say how (`outcome`)
+        # until the server has recorded it (`forget`).
+        self._ended: dict[str, list[Any]] = {}
         self._events: list[Event] = []
         self._node_fault: dict[str, bool] = {}
         self._last_query = -float("inf")
@@ -125,6 +135,7 @@ class KubernetesBackend:
     def start(self, placement: Placement) -> None:
         if not placement.gpus_by_node:
             raise InvalidInput(f"kubernetes backend: job {placement.job_id} has no nodes")
+        self.forget(placement.job_id)  # an earlier run's pods hold the names the new ones take
         manifests = pod_manifests(placement, self.namespace, self.image, self.default_grace_s)
         names = []
         for m in manifests:
@@ -160,6 +171,35 @@ class KubernetesBackend:
 
     def running(self) -> list[Running]:
         return [Running(j.job_id, j.nodes) for j in self._jobs.values() if not j.stopping]
+
+    def outcome(self, job_id: str, since: float, alive_at: float | None = None) -> Event | None:
+        """How a job whose pods ended while no control plane watched ended (asked after a
+        restart), at its real end as the kubelet recorded it in the pods' status (which the job
+        cannot write): failed with the first failed pod's exit code, or finished when every pod
+        of the gang succeeded. None when no pod of the run that began at `since` is left (they
+        were deleted or garbage-collected, or the pods found are an earlier run's)."""
+        pods = self._ended.get(job_id)
+        if not pods:
+            return None
+        ends = [t for t in map(_finished_at, pods) if t is not None]
+        if not ends or max(ends) < since:
+            return None
+        at = min(max(ends), time.time())
+        failed = [p for p in pods if p.status and p.status.phase == "Failed"]
+        if failed:
+            return JobFailed(job_id, at, _exit_code(failed[0]))
+        size = int(((pods[0].metadata.annotations or {}).get(GANG_SIZE)) or len(pods))
+        if len(pods) == size and all(p.status and p.status.phase == "Succeeded" for p in pods):
+            return JobFinished(job_id, at)
+        return None
+
+    def forget(self, job_id: str) -> None:
+        """The server has recorded how the job ended while it was away: keep its log and delete
+        its pods (until then they are the only record of that end)."""
+        pods = self._ended.pop(job_id, None)
+        if pods:
+            job = _Job(job_id, [p.metadata.name for p in pods], ())
+            self._delete(job, 0.0)
 
     def log_path(self, job_id: str) -> Path:
         """The first pod's log, fetched from the API server when the job ends."""
@@ -266,13 +306,20 @@ class KubernetesBackend:
         except KubernetesError as e:
             log.warning("kubernetes: cannot list pods to adopt: %s", e)
             return
+        by_job: dict[str, list[Any]] = {}
         for pod in pods:
             job_id = (pod.metadata.labels or {}).get(JOB_LABEL)
-            if not job_id or (pod.status and pod.status.phase in ("Succeeded", "Failed")):
+            if job_id:
+                by_job.setdefault(job_id, []).append(pod)
+        for job_id, mine in by_job.items():
+            if all(p.status and p.status.phase in ENDED for p in mine):
+                self._ended[job_id] = mine  # ended while away: see `outcome`
                 continue
-            job = self._jobs.setdefault(job_id, _Job(job_id, [], ()))
-            job.pods.append(pod.metadata.name)
-            job.nodes += ((pod.spec.node_name or ""),)
+            # A gang with a pod still running is taken back whole: `poll` then sees a pod
+            # that failed meanwhile, or the last one to succeed.
+            names = [p.metadata.name for p in mine]
+            nodes = tuple(p.spec.node_name or "" for p in mine)
+            self._jobs[job_id] = _Job(job_id, names, nodes)
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         from kubernetes.client.exceptions import ApiException
@@ -390,6 +437,16 @@ def _node_health(node: Any) -> tuple[bool, str]:
                 return True, f"not Ready: {c.reason or c.message or c.status}"
             return False, ""
     return True, "no Ready condition"
+
+
+def _finished_at(pod: Any) -> float | None:
+    """When the pod's last container terminated (epoch seconds), as the kubelet reported it."""
+    ends = [
+        cs.state.terminated.finished_at
+        for cs in ((pod.status.container_statuses or []) if pod.status else [])
+        if cs.state and cs.state.terminated and cs.state.terminated.finished_at
+    ]
+    return max(ends).timestamp() if ends else None
 
 
 def _exit_code(pod: Any) -> int:

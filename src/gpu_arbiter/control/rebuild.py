@@ -130,6 +130,9 @@ class Rebuild:
             ended = None
             if row is not None and job_id not in adopt:
                 ended = self._ended_while_away(row)
+                forget = getattr(self.backend, "forget", None)
+                if forget is not None:  # what it kept to answer may go once this commits
+                    tx.after.append(lambda j=job_id, f=forget: f(j))
                 if ended is not None and self._record_end(tx, job_id, ended, row):
                     continue
             if sched is None:
