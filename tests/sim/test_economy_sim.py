@@ -16,7 +16,7 @@ from gpu_arbiter.cli.inputs import load_teams, with_budget
 from gpu_arbiter.cli.main import app
 from gpu_arbiter.domain import InvalidInput, JobState, Tier
 from gpu_arbiter.domain.presets import small
-from gpu_arbiter.economy import FAILURE_ABSORBED, LOST_WORK, RERUN, RUN, ChargeModel
+from gpu_arbiter.economy import FAILURE_ABSORBED, GRANT, LOST_WORK, RERUN, RUN, ChargeModel
 from gpu_arbiter.economy.ledger import CHARGE, REFUND, REVENUE, team_account
 from gpu_arbiter.engine import Scheduler
 from gpu_arbiter.sim import SimConfig, SimEconomy, Simulator
@@ -252,3 +252,18 @@ def test_simulate_refuses_a_negative_budget_naming_the_option():
     result = CliRunner().invoke(app, ["simulate", "--workload", "synthetic:5", "--budget", "-3"])
     assert isinstance(result.exception, InvalidInput)
     assert str(result.exception) == "--budget must be >= 0 credits, got -3.0"
+
+
+def test_each_budget_period_is_granted_once_at_its_first_instant():
+    """`SimEconomy.tick` grants a period's budgets at its first instant, and never again however
+    many instants the period holds."""
+    topo = small()
+    teams = [dataclasses.replace(t, budget_per_period=5.0) for t in synthetic_teams(topo)]
+    economy = SimEconomy(teams)
+    period = economy.budgets.policy.period_s
+    for now in (0.0, 1.0, period / 2, period - 1.0, period, period + 1.0, 3 * period):
+        economy.tick(now)
+    grants = [e for e in economy.ledger.entries() if e.kind == GRANT]
+    assert sorted((e.team, e.period) for e in grants) == sorted(
+        (t.name, p) for t in teams for p in ("p0", "p1", "p3")
+    )

@@ -59,7 +59,7 @@ class EconomyConfig:
     budget: BudgetPolicy = field(default_factory=BudgetPolicy)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Segment:
     start: float
     gpu_type: str
@@ -80,10 +80,16 @@ class SimEconomy:
         self.now = -math.inf
         self.burn_rates: dict[str, float] = {}
         self._open: dict[str, _Segment] = {}
+        self._period: int | None = None  # the budget period last opened
 
     def tick(self, now: float) -> None:
+        """Move the clock; a new budget period is opened (granted) at its first instant. The
+        budgets never change during a run, so within a period there is nothing to grant."""
         self.now = now
-        self.budgets.open_period(now)
+        period = self.budgets.period_index(now)
+        if period != self._period:
+            self.budgets.open_period(now)
+            self._period = period
 
     def budget_rule(self, team: str, tier: Tier) -> Tier:
         """The engine's `BudgetRule`: tier 3 (by default) once the team has spent its budget."""

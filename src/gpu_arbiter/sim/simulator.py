@@ -117,29 +117,32 @@ class Simulator:
             rel.push_next_fault(self._push, FAULT)
         wakeup_at = math.inf
         now = self.specs[0].submit_s
-        while self._heap:
+        # The loop every event and cycle goes through: the names it reads are looked up once.
+        heap, pop, sched, versions = self._heap, heapq.heappop, self.sched, self._version
+        economy, max_time = self.economy, self.cfg.max_time_s
+        while heap:
             if rel is not None and rel.injecting and self._all_done():
                 break  # only faults are left to come
-            now = self._heap[0][0]
-            if now > self.cfg.max_time_s:
-                now = self.cfg.max_time_s
+            now = heap[0][0]
+            if now > max_time:
+                now = max_time
                 break
             changed = False
-            if self.economy is not None:
-                self.economy.tick(now)
-            while self._heap and self._heap[0][0] <= now:
-                _, kind, _, job_id, version = heapq.heappop(self._heap)
+            if economy is not None:
+                economy.tick(now)
+            while heap and heap[0][0] <= now:
+                _, kind, _, job_id, version = pop(heap)
                 if kind == ARRIVAL:
-                    self.sched.submit(by_id[job_id], now)
+                    sched.submit(by_id[job_id], now)
                     changed = True
-                elif kind in (FINISH, STOP) and self._version.get(job_id) == version:
-                    job = self.sched.jobs[job_id]
+                elif kind in (FINISH, STOP) and versions.get(job_id) == version:
+                    job = sched.jobs[job_id]
                     if kind == FINISH:
-                        self.sched.finished(job_id, now)
+                        sched.finished(job_id, now)
                         if finished is not None:
                             finished()
                     else:
-                        self.sched.stopped(job_id, now)
+                        sched.stopped(job_id, now)
                     self._close(job, now)
                     changed = True
                 elif kind == WAKEUP and now >= wakeup_at:
