@@ -1,5 +1,7 @@
 """A job's progress within a run segment."""
 
+import dataclasses
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -39,3 +41,12 @@ def test_no_progress_while_restoring_then_at_the_rate():
     assert j.progress_s == 0.0
     j.advance(170.0)
     assert j.progress_s == 1.5 * 100.0
+
+
+def test_a_specs_elastic_range_follows_its_sizes_through_replace_and_is_no_part_of_equality():
+    spec = job("e", gpus=2)
+    assert spec.elastic_range == (2, 2)
+    wider = dataclasses.replace(spec, min_gpus=1, max_gpus=4)
+    assert wider.elastic_range == (1, 4)
+    assert dataclasses.replace(wider, min_gpus=None).elastic_range == (2, 4)
+    assert dataclasses.replace(spec) == spec and "elastic_range" not in repr(spec)

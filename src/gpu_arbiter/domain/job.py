@@ -86,9 +86,14 @@ class JobSpec:
     # PATHOLOGIES) and when, in seconds of its run, so circuit breakers have work to do.
     pathology: str | None = None
     pathology_onset_s: float = 3600.0
+    # (fewest, most) GPUs it runs on: `min_gpus`/`max_gpus`, else `gpus`. Read on every step
+    # of the engine's walk, so worked out once (the spec is frozen).
+    elastic_range: tuple[int, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         where = f"job {self.id!r}"
+        rng = (self.min_gpus or self.gpus, self.max_gpus or self.gpus)
+        object.__setattr__(self, "elastic_range", rng)
         if not self.id:
             raise InvalidInput("job: id must not be empty")
         if not self.team:
@@ -151,10 +156,6 @@ class JobSpec:
             raise InvalidInput(
                 f"{where}: pathology_onset_s must be >= 0, got {self.pathology_onset_s}"
             )
-
-    @property
-    def elastic_range(self) -> tuple[int, int]:
-        return (self.min_gpus or self.gpus, self.max_gpus or self.gpus)
 
     @property
     def is_elastic(self) -> bool:

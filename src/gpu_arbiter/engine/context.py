@@ -92,6 +92,12 @@ class CycleView:
         self.notice_stop, self.rule_out_move = sched.notice_stop, sched.rule_out_move
         self.type_epoch, self.reranked = sched.type_epoch, sched.reranked
 
+    def begin(self, ctx: CycleContext) -> CycleView:
+        """This view for the cycle of `ctx` (what it reads of the scheduler is the same objects
+        for the scheduler's life; only the cycle's caches are new)."""
+        self._ctx = ctx
+        return self
+
     def shadow_time(self, gpu_type: str, n: int, now: float) -> float:
         return self._sched.shadow_time(gpu_type, n, now, self._ctx)
 

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 
 from gpu_arbiter.domain import MILLI
 
+LN2 = math.log(2)
+
 
 class FairShare:
     __slots__ = ("capacity", "weights", "alloc", "recent", "half_life", "updated", "_shares")
@@ -40,11 +42,15 @@ class FairShare:
         dt = now - self.updated
         if dt <= 0:
             return
-        keep = math.exp(-dt * math.log(2) / self.half_life)
+        keep = math.exp(-dt * LN2 / self.half_life)
+        fresh = 1 - keep
+        recent = self.recent
         for team, per in self.alloc.items():
-            rec = self.recent.setdefault(team, {})
+            rec = recent.get(team)
+            if rec is None:
+                rec = recent[team] = {}
             for t, g in per.items():
-                rec[t] = rec.get(t, 0.0) * keep + g / MILLI * (1 - keep)
+                rec[t] = rec.get(t, 0.0) * keep + g / MILLI * fresh
         self.updated = now
         self._shares.clear()
 

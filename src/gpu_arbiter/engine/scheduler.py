@@ -168,6 +168,7 @@ class Scheduler(
             and self.policy.heterogeneity != Heterogeneity.SMART
         )
         self._preempt_failed = FailureMemo()
+        self._view: CycleView | None = None  # the policy's view, made at the first cycle
 
     def submit(self, spec, now: float) -> Job:
         """Queue a job; a job that can never fit this cluster is refused with InvalidInput."""
@@ -375,7 +376,9 @@ class Scheduler(
         reservations and blocked types of the last full walk."""
         state = self.state
         ctx = CycleContext(now=now)
-        ctx.view = CycleView(self, ctx)
+        if self._view is None:
+            self._view = CycleView(self, ctx)
+        ctx.view = self._view.begin(ctx)
         self._victims.begin(now)
         self.policy.note_time(ctx.view, now)  # may mark running jobs new victims (`reranked`)
         new_victims = state.started_at is not None and now > state.started_at

@@ -59,7 +59,10 @@ def patient_types(sched: SchedulerView, job: Job, types: list[str], now: float) 
         return types
     n = job.spec.elastic_range[0]
     free = sched.index.type_free
-    if not any(free[t] >= n for t in types):
+    for t in types:
+        if free[t] >= n:
+            break
+    else:
         return types  # nothing to choose between: none free (the common case, checked first)
     # A type the job may not take now (a tier-1 job beyond its quota and the pool) is no option.
     options = [t for t in types if sched.admissible(job, t, n)]
