@@ -90,7 +90,6 @@ class ArbiterPolicy(Policy):
         self._plan_keys: dict[str, tuple] = {}
         self._plan_jobs: list[Job] = []  # `plan_order`, as made from ...
         self._planned_from: tuple | None = None  # ... this (queue, its version, free GPUs)
-        self._plan_made_from: tuple | None = None  # the same, for `plan`
         # By running tier-3 job: (its allocation, until when its standing holds, the
         # standing, `discipline.standing`); by type: (its epoch, until when every standing
         # there holds, the GPUs held by standing); the GPUs of victims a standing finds on a
@@ -203,15 +202,8 @@ class ArbiterPolicy(Policy):
         return self.time_share and job.tier == Tier.EXPLORATORY
 
     def before_cycle(self, sched, now: float) -> None:
-        """The comparative-advantage plan: made again only once the queue or the free GPUs
-        changed (it reads nothing else that changes)."""
-        self.now = now
-        queue, free = sched.queue, sched.index.type_free
-        made_from = (queue, queue.version, tuple(free.values()))
-        if made_from == self._plan_made_from:
-            return
-        self._plan_made_from = made_from
         self.plan = {}
+        self.now = now
         if len(sched.index.type_total) < 2 or not len(sched.queue) or not sched.index.total_free:
             return  # nothing to plan onto
         left = dict(sched.index.type_free)
