@@ -214,22 +214,24 @@ class Ledger:
         useful_gpu_seconds: float | None = None,
     ) -> Entry:
         """Charge `team` for `gpus` GPUs of `gpu_type` held by `job_id` over [start, end)."""
+        seq, credits, gpus = len(self), float(credits), float(gpus)
+        start, end = float(start), float(end)
         return self._append(
             Entry(
-                seq=len(self),
+                seq=seq,
                 kind=CHARGE,
                 at=float(at),
                 team=team,
-                credits=float(credits),
-                postings=_postings(CHARGE, team, float(credits)),
+                credits=credits,
+                postings=_postings(CHARGE, team, credits),
                 reason=reason,
                 job_id=job_id,
                 gpu_type=gpu_type,
-                tier=_tier(tier, len(self)),
-                gpus=float(gpus),
-                start=float(start),
-                end=float(end),
-                gpu_seconds=float(gpus) * (float(end) - float(start)),
+                tier=_tier(tier, seq),
+                gpus=gpus,
+                start=start,
+                end=end,
+                gpu_seconds=gpus * (end - start),
                 preemptible=preemptible,
                 price=_opt_float(price),
                 discount=float(discount),
@@ -430,13 +432,21 @@ class Ledger:
 def _postings(
     kind: str, team: str, credits: float, period: str | None = None
 ) -> tuple[Posting, Posting]:
-    """The only two-posting shapes the ledger accepts, one per kind."""
+    """The only two-posting shapes the ledger accepts, one per kind (`_shape`)."""
+    a, x, b, y = _shape(kind, team, credits, period)
+    return Posting(a, x), Posting(b, y)
+
+
+def _shape(
+    kind: str, team: str, credits: float, period: str | None = None
+) -> tuple[str, float, str, float]:
+    """(account taken from, amount, account added to, amount) of an entry of the kind."""
     acct = team_account(team)
     if kind == GRANT:
-        return Posting(grants_account(period or ""), -credits), Posting(acct, credits)
+        return grants_account(period or ""), -credits, acct, credits
     if kind == CHARGE:
-        return Posting(acct, -credits), Posting(REVENUE, credits)
-    return Posting(REVENUE, -credits), Posting(acct, credits)
+        return acct, -credits, REVENUE, credits
+    return REVENUE, -credits, acct, credits
 
 
 def _opt_float(value: float | None) -> float | None:
@@ -444,6 +454,8 @@ def _opt_float(value: float | None) -> float | None:
 
 
 def _tier(tier: Tier | int, seq: int) -> Tier:
+    if tier.__class__ is Tier:
+        return tier
     try:
         return Tier(tier)
     except ValueError:
@@ -455,6 +467,27 @@ def _finite(value: float | None, name: str, where: str, minimum: float | None = 
         raise InvalidInput(f"{where}: {name} must be a finite number, got {value}")
     if minimum is not None and value < minimum:
         raise InvalidInput(f"{where}: {name} must be >= {minimum}, got {value}")
+
+
+def _all_finite(*values: float | None) -> bool:
+    """Whether every value is a finite number (None is not)."""
+    for v in values:
+        if v is None or not math.isfinite(v):
+            return False
+    return True
+
+
+def _balanced(e: Entry) -> bool:
+    """Whether the entry's postings are those `_postings` builds for its kind, team, credits
+    and period (compared field by field, as `==` on them would, without building them)."""
+    ps = e.postings
+    if not isinstance(ps, tuple) or len(ps) != 2:
+        return False
+    out, into = ps
+    if out.__class__ is not Posting or into.__class__ is not Posting:
+        return False
+    a, x, b, y = _shape(e.kind, e.team, e.credits, e.period)
+    return out.account == a and out.amount == x and into.account == b and into.amount == y
 
 
 def _check(e: Entry, seq: int) -> None:
@@ -472,7 +505,7 @@ def _check(e: Entry, seq: int) -> None:
     _finite(e.credits, "credits", where, minimum=0.0)
     if e.kind == GRANT and not e.period:
         raise InvalidInput(f"{where}: a grant needs a period")
-    if e.postings != _postings(e.kind, e.team, e.credits, e.period):
+    if not _balanced(e):
         raise InvalidInput(f"{where}: postings do not match a balanced {e.kind}")
     if e.kind == REFUND and e.refund_of is None:
         raise InvalidInput(f"{where}: a refund needs refund_of")
@@ -486,10 +519,11 @@ def _check(e: Entry, seq: int) -> None:
         return
     if not e.job_id or not e.gpu_type or e.tier is None:
         raise InvalidInput(f"{where}: a charge needs job_id, gpu_type and tier")
-    _finite(e.gpus, "gpus", where)
-    _finite(e.start, "start", where)
-    _finite(e.end, "end", where)
-    _finite(e.discount, "discount", where, minimum=0.0)
+    if not _all_finite(e.gpus, e.start, e.end, e.discount) or e.discount < 0.0:
+        _finite(e.gpus, "gpus", where)  # (one of them raises, naming the first that is wrong)
+        _finite(e.start, "start", where)
+        _finite(e.end, "end", where)
+        _finite(e.discount, "discount", where, minimum=0.0)
     assert e.gpus is not None and e.start is not None and e.end is not None
     if e.gpus <= 0:
         raise InvalidInput(f"{where}: gpus must be > 0, got {e.gpus}")
