@@ -58,6 +58,7 @@ class CycleView:
         "find_for",
         "hold_of",
         "index",
+        "jobs",
         "move",
         "notice_of_tier",
         "notice_s",
@@ -79,7 +80,7 @@ class CycleView:
     def __init__(self, sched: Scheduler, ctx: CycleContext) -> None:
         self._sched, self._ctx = sched, ctx
         self.cluster, self.cfg, self.index = sched.cluster, sched.cfg, sched.index
-        self.queue, self.fair = sched.queue, sched.fair
+        self.queue, self.fair, self.jobs = sched.queue, sched.fair, sched.jobs
         self.running, self.running_by_type = sched.running, sched.running_by_type
         self.running_by_tier, self.ends_by_type = sched.running_by_tier, sched.ends_by_type
         self.slower_than = sched.slower_than

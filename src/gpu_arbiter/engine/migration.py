@@ -30,6 +30,18 @@ not moved (the walk just chose its type). The move must respect the backfill
 reservation of the type it moves to (it must end before the reserved start or fit in the
 reservation's spare GPUs), so it never delays a blocked higher-priority job.
 
+A move also makes way (S7: a job may move to a slower type to free the one another job needs
+more). When the job holding a type's backfill reservation accepts that type only and no
+preemption could start it (S2 lets a team suspend only capacity borrowed from it), running
+jobs of its tier or a lower one that accept other types move off the GPUs it needs, onto an
+accepted type with room now that pending pinned jobs do not want (the roomiest of equals) and
+at least `EngineConfig.slower_type_min_speed` of their speed,
+when the wait this saves the pinned job exceeds the time the moves add to the moved jobs
+(save, restore, a slower rate), each job's time counted once as in the mean JCT, by the
+move's margins (`worth_moving`). The moved jobs are chosen as a preemption plan's victims are
+(`preemption.plan.plan_preemption`): the cheapest, and only those whose GPUs the pinned job
+is placed on; a move that would free GPUs it cannot use is not made.
+
 `plan_and_move` only reads the scheduler to choose the moves; `SchedulerView.move` carries a
 move out as a `Preempt` (grace 0) followed by a `Start` on the new allocation, the decisions
 both drivers already apply.
@@ -43,6 +55,9 @@ from typing import TYPE_CHECKING
 
 from gpu_arbiter.domain import MILLI, Allocation, Job, JobKind, Tier
 from gpu_arbiter.engine.backfill import Reservation, fits_before, may_take
+from gpu_arbiter.engine.placement import Request
+from gpu_arbiter.engine.preemption.plan import plan_preemption
+from gpu_arbiter.engine.preemption.victims import Option
 
 if TYPE_CHECKING:
     from gpu_arbiter.engine.policy import SchedulerView
@@ -159,6 +174,14 @@ def movable(sched: SchedulerView, job: Job, now: float, rules: MoveRules) -> boo
     )
 
 
+def _graces(sched: SchedulerView, rules: MoveRules) -> dict[int, float]:
+    """The notice each tier that may move gets (0: stopped and restarted at once)."""
+    grace = {k: sched.notice_of_tier(k) for k in rules.noticed_tiers}  # the others: at once
+    grace.update({k: 0.0 for k in rules.tiers if k not in grace})
+    grace.pop(int(Tier.CORE), None)  # never: a move is a preemption
+    return grace
+
+
 def candidate_moves(
     sched: SchedulerView, now: float, rules: MoveRules, free: dict[str, int]
 ) -> list[Move]:
@@ -168,9 +191,7 @@ def candidate_moves(
     (`SchedulerView.rule_out_move`), so a busy cluster does not weigh the same hopeless moves
     every cycle."""
     overhead = sched.cfg.restart_overhead_s
-    grace = {k: sched.notice_of_tier(k) for k in rules.noticed_tiers}  # the others: at once
-    grace.update({k: 0.0 for k in rules.tiers if k not in grace})
-    grace.pop(int(Tier.CORE), None)  # never: a move is a preemption
+    grace = _graces(sched, rules)
     index = sched.slower_than
     seen: set[str] = set()
     moves: list[Move] = []
@@ -228,8 +249,10 @@ def plan_and_move(
     reservations: dict[str, Reservation],
     rules: MoveRules | None = None,
     promised: dict[str, tuple[str, int]] | None = None,
+    placement: str = "pack",
 ) -> int:
-    """Carry out the worthwhile moves, most GPU time saved first; returns how many were made.
+    """Carry out the worthwhile moves, most GPU time saved first, then the moves that make way
+    for pinned jobs (`make_way`, placing them by `placement`); returns how many were made.
 
     `promised` (job id -> (GPU type, GPUs)) books the GPUs of tier-2 moves waiting out their
     grace; entries of jobs no longer stopping are dropped, new ones added."""
@@ -258,17 +281,205 @@ def plan_and_move(
         alloc: Allocation | None = sched.find_for(job, t, n, res, off_limits)
         if alloc is None:
             continue
-        if res is not None and res.job_id != job.id and res.covers(alloc):  # off limits: never
-            fits_before(res, n, m.move_s, now)  # books the extra GPUs the move takes
         why = (
             f"moving from {job.allocation.gpu_type} to {t}: expected to finish "
             f"{m.gain_s / 60:.0f} min sooner"
         )
-        if m.grace_s > 0:
-            sched.notice_stop(job, m.grace_s, why)
-            promised[job.id] = (t, n)
-        else:
-            sched.move(job, alloc, now, why)
+        _carry_out(sched, m, alloc, res, now, promised, why)
         free[t] -= n
         made += 1
+    return made + make_way(
+        sched, now, reservations, rules, free, promised, rules.max_moves - made, placement
+    )
+
+
+def _carry_out(
+    sched: SchedulerView,
+    m: Move,
+    alloc: Allocation,
+    res: Reservation | None,
+    now: float,
+    promised: dict[str, tuple[str, int]],
+    why: str,
+    for_job: str | None = None,
+) -> None:
+    """Stop the job at once and restart it on `alloc`, or give it notice with the target's
+    GPUs promised; either way booked against the target type's reservation `res`."""
+    job, n = m.job, m.job.gpus_held
+    if res is not None and res.job_id != job.id and res.covers(alloc):  # off limits: never
+        fits_before(res, n, m.move_s, now)  # books the extra GPUs the move takes
+    if m.grace_s > 0:
+        sched.notice_stop(job, m.grace_s, why, for_job)
+        promised[job.id] = (m.gpu_type, n)
+    else:
+        sched.move(job, alloc, now, why)
+
+
+def make_way(
+    sched: SchedulerView,
+    now: float,
+    reservations: dict[str, Reservation],
+    rules: MoveRules,
+    free: dict[str, int],
+    promised: dict[str, tuple[str, int]],
+    budget: int,
+    placement: str = "pack",
+) -> int:
+    """Move flexible jobs off the GPUs a blocked pinned job needs (see the module doc): for
+    each type whose reservation a job accepting that type only holds. Returns how many moved;
+    `free` loses the GPUs they take."""
+    made = 0
+    for res in list(reservations.values()):
+        holder = sched.jobs.get(res.job_id)
+        if (
+            holder is None
+            or holder.id not in sched.queue
+            or len(sched.types_by_speed(holder)) != 1
+            or res.shadow_time - now < rules.min_gain_s  # GPUs free soon enough anyway
+        ):
+            continue
+        way = way_for(sched, holder, res, now, rules, free, reservations, placement)
+        if way is None or len(way) > budget - made:
+            continue
+        for m, alloc, target_res in way:
+            t, n = m.gpu_type, m.job.gpus_held
+            if m.grace_s == 0:  # the job restarts now: where, after the moves before it
+                off_limits = target_res is not None and not may_take(
+                    target_res, m.job.id, n, m.move_s, now
+                )
+                alloc = sched.find_for(m.job, t, n, target_res, off_limits)
+                if alloc is None:
+                    continue
+            why = (
+                f"moving from {res.gpu_type} to {t} to make way for job {holder.id}, which"
+                f" runs on {res.gpu_type} only: expected to finish {-m.gain_s / 60:.0f} min"
+                " later, the other job to start much sooner"
+            )
+            _carry_out(sched, m, alloc, target_res, now, promised, why, holder.id)
+            free[t] -= n
+            made += 1
     return made
+
+
+def way_for(
+    sched: SchedulerView,
+    holder: Job,
+    res: Reservation,
+    now: float,
+    rules: MoveRules,
+    free: dict[str, int],
+    reservations: dict[str, Reservation],
+    placement: str = "pack",
+) -> list[tuple[Move, Allocation, Reservation | None]] | None:
+    """The moves (each with the allocation it would get now and its target's reservation)
+    that let `holder` be placed on `res`'s type, or None when no such moves are worth it: the
+    cheapest movers first, jobs already stopping there counted as freeing their GPUs, and
+    only those whose GPUs the holder's placement uses (`plan_preemption`)."""
+    t, index = res.gpu_type, sched.index
+    grace = _graces(sched, rules)
+    options: list[tuple[float, int, Option]] = []
+    moves: dict[str, Move] = {}
+    for job in sched.running_by_type[t].values():
+        alloc = job.allocation
+        if res.node is not None and res.node not in alloc.nodes:
+            continue
+        if job.spec.gpu_milli != MILLI:
+            continue  # a shared GPU frees only when every sharer stops
+        if job.preempting or job.id in sched.pending_stops:
+            cost = -math.inf  # frees its GPUs anyway
+        else:
+            m = _move_off(sched, job, t, holder, now, rules, grace, free)
+            if m is None:
+                continue
+            moves[job.id] = m
+            cost = -m.gain_s
+        w = index.watts_per_gpu(t, job.spec.power_profile)
+        option = Option((), (job,), None, alloc, w, True, ((alloc, job.borrowed),))
+        options.append((cost, job.seq, option))
+    if not moves:
+        return None
+    options.sort(key=lambda o: o[:2])
+    s = holder.spec
+    req = Request(t, res.gpus, s.tp_size, s.max_racks, s.power_profile, s.data_locality)
+    plan = plan_preemption(index, req, (o for _, _, o in options), placement)
+    if plan is None:
+        return None
+    chosen = [moves[v.job.id] for v in plan.victims if v.job.id in moves]
+    if not chosen:
+        return None  # the jobs already stopping free enough
+    starts_in = max(sched.notice_s(m.grace_s) if m.grace_s > 0 else 0.0 for m in chosen)
+    added = sum(-m.gain_s for m in chosen)
+    if not worth_moving(res.shadow_time - now - starts_in, added, rules):
+        return None
+    taken: dict[str, int] = {}
+    way = []
+    for m in chosen:
+        u, n = m.gpu_type, m.job.gpus_held
+        taken[u] = taken.get(u, 0) + n
+        if taken[u] > free[u]:
+            return None
+        target_res = reservations.get(u)
+        off_limits = target_res is not None and not may_take(target_res, m.job.id, n, m.move_s, now)
+        if off_limits and target_res.node is None:
+            return None
+        alloc = sched.find_for(m.job, u, n, target_res, off_limits)
+        if alloc is None:
+            return None
+        way.append((m, alloc, target_res))
+    return way
+
+
+def _move_off(
+    sched: SchedulerView,
+    job: Job,
+    gpu_type: str,
+    holder: Job,
+    now: float,
+    rules: MoveRules,
+    grace: dict[int, float],
+    free: dict[str, int],
+) -> Move | None:
+    """The quickest move of a running job off `gpu_type` for `holder`'s sake (its `gain_s`
+    may be negative: the time it adds), or None where the job may not make way: tier 1, a
+    tier above the holder's, no other accepted type with room now beyond what pending jobs
+    pinned to it want (as the walk's S7 rule) and at least `slower_type_min_speed` of its
+    speed here."""
+    tier = int(job.tier)
+    if tier < int(holder.tier) or tier not in grace or not movable(sched, job, now, rules):
+        return None
+    n, here = job.gpus_held, sched.speed(job, gpu_type)
+    floor = sched.cfg.slower_type_min_speed * here
+
+    def spare(u: str) -> int:  # free GPUs of the type left after the job and pinned jobs
+        return free.get(u, 0) - n - sched.queue.pinned_at_or_above(u, tier)
+
+    targets = [
+        u
+        for u in sched.types_by_speed(job)
+        if u != gpu_type and spare(u) >= 0 and sched.speed(job, u) >= floor
+    ]
+    targets.sort(key=spare, reverse=True)
+    if not targets:
+        return None
+    notice = grace[tier]
+    runs_on = sched.notice_s(notice) if notice > 0 else None  # until it has saved
+    job.advance(now)
+    spec, rate = job.spec, job.rate
+    done = job.progress_s / spec.duration_s
+    saved = job.saved_progress(now) / spec.duration_s
+    best: Move | None = None
+    for u in targets:
+        rate_new = sched.speed(job, u) * n / spec.gpus
+        stay, move = finish_times(
+            spec.walltime_s,
+            done,
+            saved,
+            rate,
+            rate_new,
+            sched.cfg.restart_overhead_s,
+            runs_on,
+            spec.duration_s,
+        )
+        if best is None or move < best.move_s:  # the roomiest of equals (`targets`' order)
+            best = Move(job, u, stay, move, notice)
+    return best

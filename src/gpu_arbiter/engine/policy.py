@@ -58,6 +58,7 @@ class SchedulerView(Protocol):
     index: CapacityIndex
     queue: PendingQueue
     fair: FairShare
+    jobs: Mapping[str, Job]
     running: dict[str, Job]
     running_by_type: dict[str, dict[str, Job]]
     running_by_tier: dict[tuple[str, int], dict[str, Job]]

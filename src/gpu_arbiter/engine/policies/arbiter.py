@@ -302,7 +302,7 @@ class ArbiterPolicy(Policy):
     def after_walk(self, sched, now: float, reservations: dict) -> None:
         if self.moves is None:
             return
-        if plan_and_move(sched, now, reservations, self.moves, self.promised):
+        if plan_and_move(sched, now, reservations, self.moves, self.promised, self.placement):
             self.moved_at = now
         self.dest.update((j, t) for j, (t, _) in self.promised.items())
 
