@@ -2,13 +2,14 @@
 starting on a slow type now and waiting for a fast one (engine.typechoice), under Arbiter."""
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_arbiter.domain import Team
+from gpu_arbiter.domain import Preempt, Team
 from gpu_arbiter.engine import EngineConfig, Scheduler
 from gpu_arbiter.engine.migration import MoveRules, finish_times, never_worth, worth_moving
 from gpu_arbiter.engine.policies.arbiter import ArbiterPolicy
+from gpu_arbiter.sim import SimConfig, Simulator
 from tests.conftest import job
 from tests.engine.helpers import cluster, cycle, node_of, preempts, starts
 from tests.engine.invariants import check_all
@@ -374,3 +375,155 @@ def test_a_job_takes_the_slow_type_once_the_cycle_can_make_no_more_preemption_se
     assert len(preempts(decisions)) == 1  # the one search the cycle may make
     assert starts(decisions)["core1"].allocation.gpu_type == "H100"
     assert starts(decisions)["core2"].allocation.gpu_type == "V100"
+
+
+# Making way (S7): a job pinned to the H100s, of a team with no H100 quota, waits behind a
+# flexible job of a team running within its own H100 quota, which it may not suspend (S2).
+EITHER = {"H100": 1.0, "V100": 1.0}  # as fast on either type
+MAKE_WAY_TEAMS = [Team("a", quota={"H100": 1}), Team("b")]
+
+
+def pinned_behind_flexible(
+    flexible_types=EITHER, config: EngineConfig = CANNOT_SAVE, flex_walltime: float = 1e5
+) -> tuple[Scheduler, list]:
+    """`f` (team a, tier 3, 1 GPU) runs on the H100 node within its team's quota; `p` (team b,
+    8 GPUs, H100 only) arrives and is blocked. Returns the scheduler and p's first cycle."""
+    sched = sched_with(teams=MAKE_WAY_TEAMS, config=config)
+    sched.submit(
+        job("f", duration=flex_walltime, walltime_s=flex_walltime, gpu_types=flexible_types),
+        0.0,
+    )
+    assert starts(cycle(sched, 0.0))["f"].allocation.gpu_type == "H100"
+    assert not sched.jobs["f"].borrowed
+    sched.submit(
+        job("p", team="b", gpus=8, duration=3600.0, walltime_s=3600.0, gpu_types=FAST_ONLY),
+        10.0,
+    )
+    return sched, cycle(sched, 10.0)
+
+
+def test_a_flexible_job_moves_off_the_type_a_blocked_pinned_job_needs():
+    sched, decisions = pinned_behind_flexible()
+    assert "p" not in starts(decisions)  # S2: team b may not suspend f, within a's quota
+    assert "make way for job p" in preempts(decisions)["f"].reason
+    assert starts(decisions)["f"].allocation.gpu_type == "V100"
+    assert sched.policy.next_wakeup(sched, 10.0) == 10.0
+    assert starts(cycle(sched, 10.0))["p"].allocation.gpu_type == "H100"
+
+
+def test_a_flexible_job_that_can_save_makes_way_after_its_save():
+    sched, decisions = pinned_behind_flexible(config=EngineConfig())
+    order = preempts(decisions)["f"]
+    assert order.grace_s == sched.cfg.notice_stop_s and order.checkpoint
+    sched.stopped("f", 70.0)
+    decisions = cycle(sched, 70.0)
+    assert starts(decisions)["p"].allocation.gpu_type == "H100"
+    assert starts(decisions)["f"].allocation.gpu_type == "V100"  # the promised type
+
+
+def test_no_way_is_made_where_the_pinned_job_would_get_the_gpus_soon_anyway():
+    """f ends in 300 s by its estimate: p waits that long rather than have f moved."""
+    _, decisions = pinned_behind_flexible(flex_walltime=310.0)
+    assert "f" not in preempts(decisions)
+
+
+def test_no_way_is_made_onto_a_type_much_slower_than_the_one_left():
+    """p needs both f and f2 moved; f's 28 h hold p up far longer than f2 would lose on the
+    V100s (4 x 1 h), but there f2 runs at a fifth of its speed, below
+    `slower_type_min_speed`: nobody moves."""
+    sched = sched_with(teams=[Team("a", quota={"H100": 2}), Team("b")])
+    sched.submit(job("f", duration=1e5, walltime_s=1e5, gpu_types=EITHER), 0.0)
+    slow_there = {"H100": 1.0, "V100": 0.2}
+    sched.submit(job("f2", duration=1e4, walltime_s=1e4, gpu_types=slow_there), 0.0)
+    cycle(sched, 0.0)
+    assert sched.jobs["f2"].allocation.gpu_type == "H100"
+    sched.submit(
+        job("p", team="b", gpus=8, duration=3600.0, walltime_s=3600.0, gpu_types=FAST_ONLY),
+        10.0,
+    )
+    decisions = cycle(sched, 10.0)
+    assert not preempts(decisions) and "p" not in starts(decisions)
+
+
+def test_no_way_is_made_where_what_is_freed_cannot_start_the_pinned_job():
+    """A second team-a job pinned to the H100s holds a GPU there too: moving f alone would
+    leave p one GPU short, so f stays."""
+    sched = sched_with(teams=[Team("a", quota={"H100": 2}), Team("b")])
+    sched.submit(job("f", duration=1e5, walltime_s=1e5, gpu_types=EITHER), 0.0)
+    sched.submit(job("g", duration=1e5, walltime_s=1e5, gpu_types=FAST_ONLY), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(
+        job("p", team="b", gpus=8, duration=3600.0, walltime_s=3600.0, gpu_types=FAST_ONLY),
+        10.0,
+    )
+    decisions = cycle(sched, 10.0)
+    assert not preempts(decisions) and "p" not in starts(decisions)
+    assert sched.jobs["f"].allocation.gpu_type == "H100"
+
+
+def test_no_way_is_made_without_moves_in_the_policy():
+    sched = sched_with(ArbiterPolicy(moves=None, shortest_first=False), MAKE_WAY_TEAMS)
+    sched.submit(job("f", duration=1e5, walltime_s=1e5, gpu_types=EITHER), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("p", team="b", gpus=8, duration=3600.0, gpu_types=FAST_ONLY), 10.0)
+    assert not preempts(cycle(sched, 10.0))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    flexible=st.lists(
+        st.tuples(
+            st.integers(2, 3),  # tier
+            st.integers(1, 4),  # GPUs
+            st.floats(1e3, 1e6),  # run time (= its estimate)
+            st.sampled_from([0.2, 0.6, 1.0]),  # speed on the V100s
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    v100_busy=st.integers(0, 8),
+    notice=st.sampled_from([0.0, 60.0]),
+)
+def test_making_way_keeps_the_invariants_and_every_job_completes(flexible, v100_busy, notice):
+    """Flexible jobs of team a on the H100 node within its quota, a pinned gang of team b
+    behind them, the V100s partly busy: every cycle keeps the invariants, every job ends, and
+    where jobs made way for the gang, it starts as soon as they have saved."""
+    teams = [Team("a", quota={"H100": 8}), Team("b")]
+    specs = [
+        job(
+            f"f{i}", tier=tier, gpus=n, duration=d, walltime_s=d, gpu_types={"H100": 1.0, "V100": s}
+        )
+        for i, (tier, n, d, s) in enumerate(flexible)
+    ]
+    if v100_busy:
+        specs.append(job("busy", team="b", gpus=v100_busy, duration=2e6, gpu_types={"V100": 1.0}))
+    pinned = job(
+        "p",
+        team="b",
+        gpus=8,
+        duration=3600.0,
+        walltime_s=3600.0,
+        submit_s=10.0,
+        gpu_types=FAST_ONLY,
+    )
+    config = SimConfig(
+        engine=EngineConfig(notice_stop_s=notice), economy=None, reliability=None, max_time_s=1e7
+    )
+    sim = Simulator(two_types(), teams, ArbiterPolicy(), [*specs, pinned], config)
+    sched, run_cycle = sim.sched, sim.sched.cycle
+    made_way: list[float] = []
+
+    def cycle_and_check(now: float):
+        result = run_cycle(now)
+        check_all(sched, result.decisions)
+        made_way.extend(
+            now for d in result.decisions if isinstance(d, Preempt) and "make way" in d.reason
+        )
+        return result
+
+    sched.cycle = cycle_and_check
+    kpis = sim.run().kpis
+    assert kpis["completed"] == len(specs) + 1
+    p = sched.jobs["p"]
+    if made_way:  # the gang starts once the jobs that made way for it have saved
+        assert p.first_start <= max(made_way) + notice + 1.0  # (the next cycle: a tick on)

@@ -20,7 +20,7 @@ Where each question is answered:
 | whether to preempt at all, which plan? | `preemption/plan` |
 | why does this job wait? | `waiting` (`Scheduler.why_pending`) |
 | when does an elastic job grow or shrink? | `elastic` |
-| when does a running job move to a faster type? | `migration` |
+| when does a running job move to a faster type, or make way for a pinned one? | `migration` |
 | what a policy may see and decide | `policy` (`Policy`, `SchedulerView`), `policies/` |
 """
 

@@ -38,7 +38,9 @@ the walk left free when that is expected to finish them sooner, the save and res
 (`engine.migration`, S7): they are asked to checkpoint and stop (tier 3 within the minute a
 save takes, tier 2 within its grace) and are started on the promised type when they are
 queued again. Where jobs cannot save on notice, a tier-3 job moves at once, its lost work
-counted. Tier-1 jobs never move.
+counted. Tier-1 jobs never move. Jobs of a pinned job's tier or a lower one also move off the
+GPUs it waits for, which quotas forbid it to take from them, when that saves it more wait
+than it costs them (`migration.make_way`).
 
 Before taking a slow type, a pending job compares its expected finish there with waiting for
 (or preempting on) a faster one (`engine.typechoice`): it waits only within its tier's queueing
