@@ -43,8 +43,10 @@ class TypeFit:
 
     def faster_types(self, job: Job) -> list[str]:
         """The accepted types on which the running job would run faster than where it runs,
-        fastest first (engine.migration looks at every running job each cycle; this is fixed
-        while the job runs, so it is worked out once per start)."""
+        fastest first (engine.migration looks at every running job each cycle). It depends
+        only on the job and the type it runs on (its speed there is the type's for it), so it
+        is worked out once per job and type, not at every start: a job that is suspended and
+        restarted again and again (Gavel's rounds) gets it from the cache."""
         here = job.allocation.gpu_type
         hit = self._faster.get(job.id)
         if hit is None or hit[0] != here:
@@ -53,7 +55,7 @@ class TypeFit:
         return hit[1]
 
     def forget(self, job_id: str) -> None:
-        """The job stopped running: its faster types are worked out again at its next start."""
+        """The job ended (finished or cancelled): it will not start again."""
         self._faster.pop(job_id, None)
 
     def runs_on(self, spec, gpu_type: str) -> bool:

@@ -61,7 +61,10 @@ class PendingQueue:
             return
         group = self.group_key(job)
         item = (*self.rank_key(job), job.seq, job)
-        self.groups.setdefault(group, SortedList(key=lambda x: x[:-1])).add(item)
+        sl = self.groups.get(group)
+        if sl is None:
+            sl = self.groups[group] = SortedList(key=lambda x: x[:-1])
+        sl.add(item)
         self.members[job.id] = (group, item)
         self.version += 1
         self._count(job, +1)

@@ -208,6 +208,7 @@ class Scheduler(
         job.close_segment(job.spec.duration_s)
         self.state.release(job)
         self.state.forget_stop(job_id)  # it may finish within a stop notice's grace
+        self.fit.forget(job_id)
         job.state = JobState.COMPLETED
         job.finished_at = now
         self.state.victim_gone(job_id, now)
@@ -237,6 +238,7 @@ class Scheduler(
             self.state.victim_gone(job_id, now)
         self.queue.remove(job)
         self.notes.forget(job.id)
+        self.fit.forget(job.id)
         job.state = JobState.CANCELLED
         job.finished_at = now
         return job

@@ -277,7 +277,6 @@ class EngineState:
         self.dirty = True
         for faster in self.fit.faster_types(job):
             self.slower_than[faster].pop(job.id, None)
-        self.fit.forget(job.id)
         alloc = job.allocation
         t = alloc.gpu_type
         self.changed(t, freed=True)
