@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from gpu_arbiter.domain import MILLI
 
 LN2 = math.log(2)
+_NONE: Mapping[str, float] = {}  # a team that holds nothing (read only)
 
 
 class FairShare:
@@ -58,11 +59,12 @@ class FairShare:
         cached = self._shares.get(team)
         if cached is not None:
             return cached
-        per = self.alloc.get(team, {})
-        rec = self.recent.get(team, {})
+        per = self.alloc.get(team, _NONE)
+        rec = self.recent.get(team, _NONE)
         dominant = 0.0
         for t, cap in self.capacity.items():
-            used = 0.5 * (per.get(t, 0) / MILLI) + 0.5 * rec.get(t, 0.0)
-            dominant = max(dominant, used / cap)
+            used = (0.5 * (per.get(t, 0) / MILLI) + 0.5 * rec.get(t, 0.0)) / cap
+            if used > dominant:
+                dominant = used
         share = self._shares[team] = dominant / self.weights.get(team, 1.0)
         return share
