@@ -200,3 +200,25 @@ def test_a_job_kept_off_by_a_reservation_starts_when_a_smaller_one_takes_its_pla
         "late": "H100",
     }
     assert sched.reservations["H100"].job_id == "second"
+
+
+def test_a_job_whose_only_victims_belong_to_a_team_served_less_is_set_aside_as_hopeless():
+    """Team a's tier-3 job, beyond a's quota, outranks team b's long-running tier-3 job by
+    queue, but b is served less than a (rule 5): nobody on the type is a victim for it, so it
+    is set aside as hopeless (not searched for victims on every change there) and starts once
+    GPUs free up."""
+    c = cluster({"name": "r", "nodes": 2})
+    teams = [Team("a", weight=1.0, quota={}), Team("b", weight=4.0, quota={})]
+    sched = Scheduler(c, teams, "arbiter")
+    sched.submit(job("b-old", team="b", gpus=8, duration=1e6), 0.0)
+    assert sched.cycle(0.0).started == 1
+    sched.submit(job("a-young", team="a", gpus=8, duration=200.0), 900.0)
+    assert sched.cycle(900.0).started == 1
+    # b-old has attained 8,000 GPU-seconds (a lower-priority queue), a-new none.
+    sched.submit(job("a-new", team="a", gpus=8, duration=100.0), 1000.0)
+    for t in (1000.0, 1001.0, 1002.0):
+        assert not sched.cycle(t).decisions
+    assert sched.set_aside("a-new") == "hopeless"
+    sched.finished("a-young", 1100.0)
+    sched.cycle(1100.0)
+    assert sched.jobs["a-new"].state.value == "running"

@@ -118,8 +118,14 @@ def may_displace(fair_share, job: Job, victim: Job, within_quota: bool) -> bool:
     at least as well (`fair_share(team)`), and, beyond its quota, only a borrower (a borrower
     taking a guaranteed job's GPUs would be reclaimed at once, and the same jobs stopped again
     and again)."""
-    if victim.team == job.team:
+    return displaces(fair_share, job.team, victim.team, victim.borrowed, within_quota)
+
+
+def displaces(fair_share, team: str, owner: str, borrowed: bool, within_quota: bool) -> bool:
+    """Rule 5 by teams: whether a job of `team` may take GPUs a job of `owner` holds
+    (`borrowed`: on borrowed capacity), as `may_displace` says."""
+    if owner == team:
         return True
-    if not (within_quota or victim.borrowed):
+    if not (within_quota or borrowed):
         return False
-    return fair_share(victim.team) >= fair_share(job.team)
+    return fair_share(owner) >= fair_share(team)

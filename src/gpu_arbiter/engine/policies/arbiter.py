@@ -94,11 +94,11 @@ class ArbiterPolicy(Policy):
         self._planned_from: tuple | None = None  # ... this (queue, its version, free GPUs)
         # By running tier-3 job: (its allocation, until when its standing holds, the
         # standing, `discipline.standing`); by type: (its epoch, until when every standing
-        # there holds, the GPUs held by standing); the GPUs of victims a standing finds on a
-        # type this cycle.
+        # there holds, the GPUs held by standing, team and borrowed flag); the GPUs of victims
+        # a standing of a team finds on a type this cycle.
         self._steady: dict[str, tuple[object, float, discipline.Standing]] = {}
-        self._held: dict[str, tuple[int, float, dict[discipline.Standing, int]]] = {}
-        self._victim_gpus: dict[tuple[str, discipline.Standing], int] = {}
+        self._held: dict[str, tuple[int, float, dict[tuple, int]]] = {}
+        self._victim_gpus: dict[tuple[str, discipline.Standing, str], int] = {}
         # By job: (its progress and attained GPU-time, the standing they give,
         # `discipline.standing`), for pending jobs, whose standing is asked for on every try.
         self._standings: dict[str, tuple[float, float, discipline.Standing]] = {}
@@ -161,21 +161,28 @@ class ArbiterPolicy(Policy):
         return (self._standing_of(job), served_less)
 
     def may_have_victims(self, sched, job: Job, gpu_type: str, within_quota: bool) -> bool:
-        """The tier rules' victims, or for a job whose only victims are tier-3 jobs it
-        outranks: whether the type's free GPUs and those such jobs hold (by standing,
-        `_held_on`) add up to its size. A job found to have none is set aside until a start
-        or a rise on the type (`SchedulerView.reranked`) may give it some, or, where it has
-        some but too few (`victims_too_few`), until GPUs free up there."""
+        """The tier rules' victims, or for a job whose only victims are tier-3 jobs it may
+        suspend (it outranks them, `discipline.beats`, and may displace their team,
+        `discipline.displaces`): whether the type's free GPUs and those such jobs hold (by
+        standing, team and borrowed flag, `_held_on`) add up to its size. A job found to have
+        none is set aside until a start or a rise on the type (`SchedulerView.reranked`) may
+        give it some, or, where it has some but too few (`victims_too_few`), until GPUs free
+        up there. Teams' fair shares drifting apart with time alone do not end that wait."""
         if not self._time_shares(job) or super().victim_tiers(job, within_quota):
             return super().may_have_victims(sched, job, gpu_type, within_quota)
         if not sched.running_by_tier[(gpu_type, Tier.EXPLORATORY)]:
             return False
-        mine = self._standing_of(job)
-        key = (gpu_type, mine)
+        mine, team = self._standing_of(job), job.team
+        key = (gpu_type, mine, team)
         victims = self._victim_gpus.get(key)
         if victims is None:
-            held = self._held_on(sched, gpu_type).items()
-            victims = self._victim_gpus[key] = sum(n for s, n in held if discipline.beats(mine, s))
+            share, victims = sched.fair.share, 0
+            for (s, owner, borrowed), n in self._held_on(sched, gpu_type).items():
+                if discipline.beats(mine, s) and discipline.displaces(
+                    share, team, owner, borrowed, within_quota
+                ):
+                    victims += n
+            self._victim_gpus[key] = victims
         need = job.spec.elastic_range[0] - sched.index.type_free[gpu_type]
         return victims > 0 and victims >= need
 
@@ -184,7 +191,7 @@ class ArbiterPolicy(Policy):
         this cycle) hold some GPUs, but fewer than it misses there."""
         if super().victim_tiers(job, within_quota) or not self._time_shares(job):
             return False
-        return self._victim_gpus.get((gpu_type, self._standing_of(job)), 0) > 0
+        return self._victim_gpus.get((gpu_type, self._standing_of(job), job.team), 0) > 0
 
     def passes_reservation(self, sched, job: Job, holder: Job) -> bool:
         """A tier-3 job is not held back by the reservation of a tier-3 job it outranks
@@ -329,15 +336,17 @@ class ArbiterPolicy(Policy):
             if now >= until:
                 self._held_on(sched, t)
 
-    def _held_on(self, sched, gpu_type: str) -> dict[discipline.Standing, int]:
-        """The GPUs running tier-3 jobs on the type hold, by their standing now (for
-        `may_have_victims`), counted again only once the type changed or a standing there may
-        have (`discipline.steady_until`); where a job's queue rose, the type is `reranked`."""
+    def _held_on(self, sched, gpu_type: str) -> dict[tuple, int]:
+        """The GPUs running tier-3 jobs on the type hold, by their standing now, team and
+        borrowed flag (for `may_have_victims`; a flag changes only with a start, stop, resize
+        or tier change of the team there, which changes the type's epoch), counted again only
+        once the type changed or a standing there may have (`discipline.steady_until`); where
+        a job's queue rose, the type is `reranked`."""
         epoch, now = sched.type_epoch(gpu_type), self.now
         known = self._held.get(gpu_type)
         if known is not None and known[0] == epoch and now < known[1]:
             return known[2]
-        held: dict[discipline.Standing, int] = {}
+        held: dict[tuple, int] = {}
         steady, until, rose = self._steady, math.inf, False
         for v in sched.running_by_tier[(gpu_type, Tier.EXPLORATORY)].values():
             alloc = v.allocation
@@ -349,8 +358,8 @@ class ArbiterPolicy(Policy):
                 known = steady[v.id] = (alloc, discipline.steady_until(v, now), s)
             if known[1] < until:
                 until = known[1]
-            s = known[2]
-            held[s] = held.get(s, 0) + alloc.gpus
+            k = (known[2], v.team, v.borrowed)
+            held[k] = held.get(k, 0) + alloc.gpus
         if rose:
             sched.reranked(gpu_type)
         self._held[gpu_type] = (sched.type_epoch(gpu_type), until, held)
