@@ -3,7 +3,7 @@
     python -m bench.corpus [--root ../shared/traces] [--traces GLOB,...] [--seeds 0-3]
                            [--policies fifo,backfill,...] [--settings mechanics,tiers]
                            [--jobs N] [--results bench/results/corpus]
-                           [--doc docs/results/corpus.md]
+                           [--doc docs/results/corpus.md] [--baselines-from REV]
 
 The trace sweep (`bench.trace_sweep`) judges one folder of one format; this replays the whole
 corpus under ROOT (`corpus`: Tiresias' 60_job on each of its cluster files, traces built from
@@ -31,6 +31,11 @@ run reuses what a larger one measured. Each result also keeps its run's name and
 runs go to the workers longest first by what they cost under earlier code, the tool prints an
 ETA as they end, and the record ends with the CPU time by trace family and policy
 (`bench.corpus_cost`).
+
+The baselines cost most of a run, and a change to Arbiter's rules does not change what they
+decide: `--baselines-from REV` reads their runs from the cache of commit REV where this code
+has none, and is refused unless every baseline's decision digest (`bench/digests.json`) is the
+same at REV as here; the record says how many runs came from there.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.corpus_cost import Eta, cost_by_family, estimate, prior_costs, run_cost
+from bench.digests import DIGESTS
 from bench.trace_sweep import (
     ALIBABA_ARRIVAL_SCALE,
     ALIBABA_CLUSTER,
@@ -214,12 +220,17 @@ def head_commit() -> str:
     return _git("rev-parse", "--short=12", "HEAD")
 
 
+def committed_code(rev: str = "HEAD") -> str:
+    """A digest of the simulating code as committed at `rev` (its git trees, so that a rebase
+    or a commit elsewhere keeps the cache)."""
+    trees = _git("rev-parse", *(f"{rev}:{path}" for path in SIMULATING))
+    return hashlib.sha256(trees.encode()).hexdigest()[:12]
+
+
 def code_version() -> str:
-    """A digest of the simulating code as committed (its git trees, so that a rebase or a
-    commit elsewhere keeps the cache), plus one of its uncommitted changes: runs are cached
-    under it."""
-    trees = _git("rev-parse", *(f"HEAD:{path}" for path in SIMULATING))
-    commit = hashlib.sha256(trees.encode()).hexdigest()[:12]
+    """The committed simulating code's digest plus one of its uncommitted changes: runs are
+    cached under it."""
+    commit = committed_code()
     status = _git("status", "--porcelain", "--", *SIMULATING)
     if not status:
         return commit
@@ -253,6 +264,32 @@ def trace_digest(entry: Entry) -> str:
     if source is None:
         return digest
     return hashlib.sha256((digest + file_digest(source)).encode()).hexdigest()
+
+
+def changed_baselines(rev: str) -> list[str]:
+    """The decision digests (`bench.digests`) of the baselines, every policy but Arbiter, that
+    differ between `rev` and this code: none, and their runs at `rev` stand for runs at this
+    code. The digests cover whole decision streams of synthetic, Gavel and Alibaba runs, with
+    failures, and tests/engine/test_digests.py holds the committed file to the code."""
+    then = json.loads(_git("show", f"{rev}:bench/digests.json"))
+    now = json.loads(DIGESTS.read_text())
+    keys = {k for k in {*then, *now} if k.rsplit("/", 1)[-1] != OURS}
+    return sorted(k for k in keys if then.get(k) != now.get(k))
+
+
+def baselines_code(rev: str) -> str:
+    """The cache folder of commit `rev`, for its baselines' runs; InvalidInput when `rev` is no
+    commit or a baseline decides differently there."""
+    try:
+        _git("rev-parse", "--verify", f"{rev}^{{commit}}")
+    except subprocess.CalledProcessError:
+        raise InvalidInput(f"--baselines-from {rev!r}: no such commit") from None
+    changed = changed_baselines(rev)
+    if changed:
+        raise InvalidInput(
+            f"--baselines-from {rev}: baseline decisions differ since then ({', '.join(changed)})"
+        )
+    return committed_code(rev)
 
 
 def cache_path(results: Path, task: Task, trace_digest: str) -> Path:
@@ -302,22 +339,35 @@ def run_task(task: Task) -> dict[str, object]:
 Runs = dict[tuple[str, str, str, int], dict]  # (trace, setting, policy, seed) -> run_task's
 
 
-def run_all(tasks: list[Task], results: Path, jobs: int, console: Console | None = None) -> Runs:
-    """Every task's result, from the cache where it is there, else run by `jobs` worker
-    processes and kept in the cache as each one ends."""
+def run_all(
+    tasks: list[Task],
+    results: Path,
+    jobs: int,
+    console: Console | None = None,
+    baselines: Path | None = None,
+) -> Runs:
+    """Every task's result, from the cache where it is there (for a baseline, else from the
+    cache `baselines` of another code version whose baselines decide the same; such a run is
+    marked "reused"), else run by `jobs` worker processes and kept in the cache as each one
+    ends."""
     results.mkdir(parents=True, exist_ok=True)
     digests = {e.path: trace_digest(e) for e in {t.entry for t in tasks}}
     runs: Runs = {}
     todo: list[tuple[Task, Path]] = []
     for t in tasks:
         path = cache_path(results, t, digests[t.entry.path])
+        older = None if baselines is None else cache_path(baselines, t, digests[t.entry.path])
         key = (t.entry.name, t.setting, t.policy, t.seed)
         if path.is_file():
             runs[key] = json.loads(path.read_text())
+        elif t.policy != OURS and older is not None and older.is_file():
+            runs[key] = {**json.loads(older.read_text()), "reused": True}
         else:
             todo.append((t, path))
     if console is not None:
-        console.print(f"{len(tasks) - len(todo)} of {len(tasks)} runs cached in {results}")
+        reused = sum(1 for r in runs.values() if r.get("reused"))
+        from_there = f" ({reused} baseline runs from {baselines})" if reused else ""
+        console.print(f"{len(tasks) - len(todo)} of {len(tasks)} runs cached{from_there}")
     if not todo:
         return runs
     priors = prior_costs(results)
@@ -554,6 +604,17 @@ def markdown(
         f"`{meta['code']}`, the cache folder), {meta['date']}.",
         "",
     ]
+    if meta.get("reused"):
+        out += [
+            f"**Baselines from an earlier commit.** {meta['reused']} of the "
+            f"{meta['baseline_runs']} "
+            f"baseline runs were read from the cache of commit `{meta['baselines_from']}` "
+            f"(simulating code `{meta['baselines_code']}`): every baseline's decision digest "
+            "(`bench/digests.json`: whole decision streams of synthetic, Gavel and Alibaba "
+            "runs with failures) is the same there as at this commit, so they decide as this "
+            "code does. Arbiter's runs are all simulated at this commit.",
+            "",
+        ]
     if not meta["full"]:
         out += [
             f"**Partial run.** It covers {len(meta['traces'])} of the corpus's "
@@ -624,6 +685,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     parser.add_argument("--results", type=Path, default=RESULTS, help="cache of runs")
     parser.add_argument("--doc", type=Path, default=DOC, help="the generated record")
+    parser.add_argument(
+        "--baselines-from",
+        metavar="REV",
+        help="read the baselines' runs cached at commit REV where this code has none; refused "
+        "unless every baseline's decision digest (bench/digests.json) is the same at REV",
+    )
     args = parser.parse_args(argv)
     console = Console(width=160)
     try:
@@ -641,13 +708,16 @@ def main(argv: list[str] | None = None) -> int:
         if not everything:
             raise InvalidInput(f"--root {args.root}: no traces found under it")
         entries = select(everything, args.traces)
+        baselines = None
+        if args.baselines_from is not None:
+            baselines = args.results / baselines_code(args.baselines_from)
     except InvalidInput as e:
         parser.error(str(e))
     commit = code_version()
     tasks = [
         Task(e, s, p, seed) for e in entries for s in settings for p in policies for seed in seeds
     ]
-    runs = run_all(tasks, args.results / commit, args.jobs, console)
+    runs = run_all(tasks, args.results / commit, args.jobs, console, baselines)
     names = [e.name for e in entries]
     by_setting = {s: rows_for(runs, names, s, policies, seeds) for s in settings}
     for setting, rows in by_setting.items():
@@ -680,6 +750,10 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_s": sum(run_cost(r) for r in runs.values()),
         "cost": cost_by_family(((k[0], k[2], r) for k, r in runs.items()), policies),
         "runs": len(runs),
+        "reused": sum(1 for r in runs.values() if r.get("reused")),
+        "baseline_runs": sum(1 for k in runs if k[2] != OURS),
+        "baselines_from": args.baselines_from,
+        "baselines_code": None if baselines is None else baselines.name,
         "jobs": args.jobs,
     }
     plot_path = args.doc.with_suffix(".png")

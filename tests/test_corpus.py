@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import corpus
 from bench.corpus import (
     Entry,
     Row,
@@ -222,3 +223,43 @@ def test_a_subset_by_glob_and_bad_options_are_refused(tmp_path: Path) -> None:
     for bad in (["--traces", "nothing*"], ["--seeds", "a"], ["--policies", "fifo,gavel"]):
         with pytest.raises(SystemExit):
             main([*_args(tmp_path, root), *bad])
+
+
+def test_baselines_come_from_an_earlier_commit_only_where_they_decide_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _corpus_root(tmp_path)
+    args = [*_args(tmp_path, root), "--traces", "gavel/*", "--settings", "mechanics"]
+    assert main(args) == 0
+    here = {json.loads(p.read_text())["task"]["policy"]: p for p in _cached(tmp_path)}
+    # The same run cached at an "earlier" commit, with a mean JCT this code would not give.
+    earlier = tmp_path / "results" / "earlier"
+    earlier.mkdir()
+    run = json.loads(here["fifo"].read_text())
+    run["kpis"]["avg_jct_h"] = 18.0
+    (earlier / here["fifo"].name).write_text(json.dumps(run))
+    here["fifo"].unlink()
+    here["arbiter"].unlink()
+    code = corpus.committed_code
+    # HEAD~0 names this very commit: it stands for an earlier one whose cache is "earlier".
+    monkeypatch.setattr(
+        corpus, "committed_code", lambda rev="HEAD": "earlier" if rev == "HEAD~0" else code(rev)
+    )
+    assert main([*args, "--baselines-from", "HEAD~0"]) == 0
+    doc = (tmp_path / "doc" / "corpus.md").read_text()
+    assert "1 of the 1 baseline runs were read from the cache of commit `HEAD~0`" in doc
+    assert "vs fifo 18.000 h" in doc
+    assert here["arbiter"].is_file() and not here["fifo"].is_file()  # only Arbiter ran again
+
+    # Refused where a baseline's decisions differ from the earlier commit's.
+    digests = json.loads(corpus.DIGESTS.read_text())
+    key = next(k for k in digests if k.endswith("/fifo"))
+    digests[key] = {**digests[key], "sha256": "0" * 64}
+    changed = tmp_path / "digests.json"
+    changed.write_text(json.dumps(digests))
+    monkeypatch.setattr(corpus, "DIGESTS", changed)
+    assert corpus.changed_baselines("HEAD~0") == [key]
+    with pytest.raises(SystemExit):
+        main([*args, "--baselines-from", "HEAD~0"])
+    with pytest.raises(SystemExit):
+        main([*args, "--baselines-from", "no-such-commit"])
