@@ -33,9 +33,9 @@ ETA as they end, and the record ends with the CPU time by trace family and polic
 (`bench.corpus_cost`).
 
 The baselines cost most of a run, and a change to Arbiter's rules does not change what they
-decide: `--baselines-from REV` reads their runs from the cache of commit REV where this code
-has none, and is refused unless every baseline's decision digest (`bench/digests.json`) is the
-same at REV as here; the record says how many runs came from there.
+decide: `--baselines-from REV[,REV...]` reads their runs from the caches of those commits where this
+code has none, and is refused unless every baseline's decision digest (`bench/digests.json`) is
+the same at each REV as here; the record says how many runs came from there.
 """
 
 from __future__ import annotations
@@ -344,29 +344,30 @@ def run_all(
     results: Path,
     jobs: int,
     console: Console | None = None,
-    baselines: Path | None = None,
+    baselines: Iterable[Path] = (),
 ) -> Runs:
     """Every task's result, from the cache where it is there (for a baseline, else from the
-    cache `baselines` of another code version whose baselines decide the same; such a run is
-    marked "reused"), else run by `jobs` worker processes and kept in the cache as each one
-    ends."""
+    first of the caches `baselines` of other code versions whose baselines decide the same
+    that has it; such a run is marked "reused"), else run by `jobs` worker processes and kept
+    in the cache as each one ends."""
     results.mkdir(parents=True, exist_ok=True)
     digests = {e.path: trace_digest(e) for e in {t.entry for t in tasks}}
     runs: Runs = {}
     todo: list[tuple[Task, Path]] = []
     for t in tasks:
         path = cache_path(results, t, digests[t.entry.path])
-        older = None if baselines is None else cache_path(baselines, t, digests[t.entry.path])
+        older = [cache_path(b, t, digests[t.entry.path]) for b in baselines]
+        there = next((p for p in older if p.is_file()), None) if t.policy != OURS else None
         key = (t.entry.name, t.setting, t.policy, t.seed)
         if path.is_file():
             runs[key] = json.loads(path.read_text())
-        elif t.policy != OURS and older is not None and older.is_file():
-            runs[key] = {**json.loads(older.read_text()), "reused": True}
+        elif there is not None:
+            runs[key] = {**json.loads(there.read_text()), "reused": True}
         else:
             todo.append((t, path))
     if console is not None:
         reused = sum(1 for r in runs.values() if r.get("reused"))
-        from_there = f" ({reused} baseline runs from {baselines})" if reused else ""
+        from_there = f" ({reused} baseline runs from earlier commits' caches)" if reused else ""
         console.print(f"{len(tasks) - len(todo)} of {len(tasks)} runs cached{from_there}")
     if not todo:
         return runs
@@ -608,7 +609,7 @@ def markdown(
         out += [
             f"**Baselines from an earlier commit.** {meta['reused']} of the "
             f"{meta['baseline_runs']} "
-            f"baseline runs were read from the cache of commit `{meta['baselines_from']}` "
+            f"baseline runs were read from the caches of commits `{meta['baselines_from']}` "
             f"(simulating code `{meta['baselines_code']}`): every baseline's decision digest "
             "(`bench/digests.json`: whole decision streams of synthetic, Gavel and Alibaba "
             "runs with failures) is the same there as at this commit, so they decide as this "
@@ -687,9 +688,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doc", type=Path, default=DOC, help="the generated record")
     parser.add_argument(
         "--baselines-from",
-        metavar="REV",
-        help="read the baselines' runs cached at commit REV where this code has none; refused "
-        "unless every baseline's decision digest (bench/digests.json) is the same at REV",
+        metavar="REV[,REV...]",
+        help="read the baselines' runs cached at these commits (the first that has one) where "
+        "this code has none; refused unless every baseline's decision digest "
+        "(bench/digests.json) is the same at each REV",
     )
     args = parser.parse_args(argv)
     console = Console(width=160)
@@ -708,9 +710,8 @@ def main(argv: list[str] | None = None) -> int:
         if not everything:
             raise InvalidInput(f"--root {args.root}: no traces found under it")
         entries = select(everything, args.traces)
-        baselines = None
-        if args.baselines_from is not None:
-            baselines = args.results / baselines_code(args.baselines_from)
+        revs = [r.strip() for r in (args.baselines_from or "").split(",") if r.strip()]
+        baselines = [args.results / baselines_code(rev) for rev in revs]
     except InvalidInput as e:
         parser.error(str(e))
     commit = code_version()
@@ -753,7 +754,7 @@ def main(argv: list[str] | None = None) -> int:
         "reused": sum(1 for r in runs.values() if r.get("reused")),
         "baseline_runs": sum(1 for k in runs if k[2] != OURS),
         "baselines_from": args.baselines_from,
-        "baselines_code": None if baselines is None else baselines.name,
+        "baselines_code": ", ".join(b.name for b in baselines),
         "jobs": args.jobs,
     }
     plot_path = args.doc.with_suffix(".png")

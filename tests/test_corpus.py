@@ -247,7 +247,7 @@ def test_baselines_come_from_an_earlier_commit_only_where_they_decide_the_same(
     )
     assert main([*args, "--baselines-from", "HEAD~0"]) == 0
     doc = (tmp_path / "doc" / "corpus.md").read_text()
-    assert "1 of the 1 baseline runs were read from the cache of commit `HEAD~0`" in doc
+    assert "1 of the 1 baseline runs were read from the caches of commits `HEAD~0`" in doc
     assert "vs fifo 18.000 h" in doc
     assert here["arbiter"].is_file() and not here["fifo"].is_file()  # only Arbiter ran again
 
