@@ -79,23 +79,25 @@ def standing(job: Job, now: float | None = None) -> Standing:
     return (queue_of(job, now), remaining_band(job, now))
 
 
-def steady_until(job: Job, now: float) -> float:
-    """The earliest time the running job's standing may change: its attained GPU-time reaching
-    the next queue's boundary, or its remaining estimate, drawn down at its current rate,
-    leaving its band. (A restore's stall only delays the latter: then it is looked at again.)"""
-    share = job.gpu_share
-    if not share:
-        return now
+def standing_until(job: Job, now: float) -> tuple[Standing, float]:
+    """The running job's `standing` at `now`, and the earliest time it may change: its attained
+    GPU-time reaching the next queue's boundary, or its remaining estimate, drawn down at its
+    current rate, leaving its band. (A restore's stall only delays the latter: then it is
+    looked at again.)"""
     attained = attained_at(job, now)
     q = bisect.bisect_right(THRESHOLDS, attained)
-    until = now + (THRESHOLDS[q] - attained) / share if q < len(THRESHOLDS) else math.inf
     left = remaining_estimate(job, now)
-    spec = job.spec
+    band = None if left is None else run_band(left)
+    share = job.gpu_share
+    if not share:
+        return (q, band), now
+    until = now + (THRESHOLDS[q] - attained) / share if q < len(THRESHOLDS) else math.inf
     if left is not None and left >= 2.0:
+        spec = job.spec
         drain = spec.walltime_s / spec.duration_s * spec.gpus * job.rate  # GPU-s per second
         if drain > 0:
-            until = min(until, now + (left - 2.0 ** run_band(left)) / drain)
-    return until
+            until = min(until, now + (left - 2.0**band) / drain)
+    return (q, band), until
 
 
 def beats(mine: Standing, theirs: Standing) -> bool:

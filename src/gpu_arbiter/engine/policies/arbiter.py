@@ -340,7 +340,7 @@ class ArbiterPolicy(Policy):
         """The GPUs running tier-3 jobs on the type hold, by their standing now, team and
         borrowed flag (for `may_have_victims`; a flag changes only with a start, stop, resize
         or tier change of the team there, which changes the type's epoch), counted again only
-        once the type changed or a standing there may have (`discipline.steady_until`); where
+        once the type changed or a standing there may have (`discipline.standing_until`); where
         a job's queue rose, the type is `reranked`."""
         epoch, now = sched.type_epoch(gpu_type), self.now
         known = self._held.get(gpu_type)
@@ -352,10 +352,10 @@ class ArbiterPolicy(Policy):
             alloc = v.allocation
             known = steady.get(v.id)
             if known is None or known[0] is not alloc or now >= known[1]:
-                s = discipline.standing(v, now)
+                s, steady_s = discipline.standing_until(v, now)
                 if known is not None and s[0] > known[2][0]:
                     rose = True
-                known = steady[v.id] = (alloc, discipline.steady_until(v, now), s)
+                known = steady[v.id] = (alloc, steady_s, s)
             if known[1] < until:
                 until = known[1]
             k = (known[2], v.team, v.borrowed)
