@@ -376,6 +376,10 @@ def way_for(
     cheapest movers first, jobs already stopping there counted as freeing their GPUs, and
     only those whose GPUs the holder's placement uses (`plan_preemption`)."""
     t, index = res.gpu_type, sched.index
+    # No job may move to a type with fewer free GPUs than it holds (`_move_off`'s room rule).
+    room = max((n for u, n in free.items() if u != t), default=0)
+    if room <= 0:
+        return None
     grace = _graces(sched, rules)
     options: list[tuple[float, int, Option]] = []
     moves: dict[str, Move] = {}
@@ -387,6 +391,8 @@ def way_for(
             continue  # a shared GPU frees only when every sharer stops
         if job.preempting or job.id in sched.pending_stops:
             cost = -math.inf  # frees its GPUs anyway
+        elif job.gpus_held > room:
+            continue
         else:
             m = _move_off(sched, job, t, holder, now, rules, grace, free)
             if m is None:
