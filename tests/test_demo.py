@@ -1,5 +1,6 @@
 """`make demo` stopped by a signal other than Ctrl-C (a closed terminal, a supervisor's stop)
-stops its server and agent too, instead of leaving them holding the port."""
+stops its server and agent too, instead of leaving them holding the port, and a second signal
+while it stops does not cut its stop short."""
 
 from __future__ import annotations
 
@@ -36,23 +37,35 @@ def _processes_naming(*texts: str) -> list[int]:
     return pids
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-def test_a_demo_ended_by_a_signal_takes_its_server_and_agent_with_it(tmp_path, sig):
+@pytest.mark.parametrize(
+    "sigs",
+    [
+        (signal.SIGTERM,),
+        (signal.SIGHUP,),
+        # Ctrl-C, then a second signal while it stops (make passes one on, or Ctrl-C twice).
+        (signal.SIGINT, signal.SIGTERM),
+    ],
+)
+def test_a_demo_ended_by_a_signal_takes_its_server_and_agent_with_it(tmp_path, sigs):
     port = free_port()
     workdir = tmp_path / "demo"
     ours = (str(workdir), f"127.0.0.1:{port}")
     demo = subprocess.Popen(
         [sys.executable, "-m", "gpu_arbiter.demo", "--workdir", str(workdir), "--port", str(port)],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 120
         while not (_listening(port) and len(_processes_naming(*ours)) >= 3):
             assert demo.poll() is None and time.monotonic() < deadline, "the demo did not start"
             time.sleep(0.2)
-        demo.send_signal(sig)
-        demo.wait(timeout=60)
+        for sig in sigs:
+            demo.send_signal(sig)
+            time.sleep(0.1)
+        _, err = demo.communicate(timeout=60)
+        assert demo.returncode == 0 and "Traceback" not in err, err
         deadline = time.monotonic() + 30
         while _processes_naming(*ours) and time.monotonic() < deadline:
             time.sleep(0.2)

@@ -252,6 +252,10 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         pass
     finally:
+        # Stopping is under way and bounded (the agent is waited for at most 30 s): a second
+        # Ctrl-C or a signal make passes on must not cut it short and leave the agent running.
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
         demo.stop()
 
 
