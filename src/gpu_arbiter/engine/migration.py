@@ -182,6 +182,45 @@ def _graces(sched: SchedulerView, rules: MoveRules) -> dict[int, float]:
     return grace
 
 
+@dataclass(frozen=True, slots=True)
+class _Outlook:
+    """A running job as a move of it is weighed: its notice (0: stopped at once) and how long
+    it runs on after it (until it has saved), its rate now, and the shares of its work done
+    and saved, read once for every type it might go to."""
+
+    job: Job
+    notice: float
+    runs_on: float | None
+    rate: float
+    done: float
+    saved: float
+
+    @classmethod
+    def of(cls, sched: SchedulerView, job: Job, notice: float, now: float) -> _Outlook:
+        job.advance(now)
+        runs_on = sched.notice_s(notice) if notice > 0 else None
+        d = job.spec.duration_s
+        return cls(job, notice, runs_on, job.rate, job.progress_s / d, job.saved_progress(now) / d)
+
+    def rate_on(self, sched: SchedulerView, gpu_type: str) -> float:
+        """Its rate on `gpu_type`, on the GPUs it holds now."""
+        return sched.speed(self.job, gpu_type) * self.job.gpus_held / self.job.spec.gpus
+
+    def times(self, rate_new: float, overhead: float) -> tuple[float, float]:
+        """(staying, moving): when it would finish either way (`finish_times`)."""
+        spec = self.job.spec
+        return finish_times(
+            spec.walltime_s,
+            self.done,
+            self.saved,
+            self.rate,
+            rate_new,
+            overhead,
+            self.runs_on,
+            spec.duration_s,
+        )
+
+
 def candidate_moves(
     sched: SchedulerView, now: float, rules: MoveRules, free: dict[str, int]
 ) -> list[Move]:
@@ -210,30 +249,24 @@ def candidate_moves(
             faster = [t for t in sched.faster_types(job) if free[t] >= n and job.id in index[t]]
             if not faster or not movable(sched, job, now, rules):
                 continue
-            notice = grace[int(job.tier)]
-            runs_on = sched.notice_s(notice) if notice > 0 else None  # until it has saved
-            job.advance(now)
-            spec, rate = job.spec, job.rate
-            done = job.progress_s / spec.duration_s
-            saved = job.saved_progress(now) / spec.duration_s
+            look = _Outlook.of(sched, job, grace[int(job.tier)], now)
+            spec = job.spec
             best: Move | None = None
             for t in faster:
-                rate_new = sched.speed(job, t) * n / spec.gpus
-                stay, move = finish_times(
-                    spec.walltime_s,
-                    done,
-                    saved,
-                    rate,
-                    rate_new,
-                    overhead,
-                    runs_on,
-                    spec.duration_s,
-                )
+                rate_new = look.rate_on(sched, t)
+                stay, move = look.times(rate_new, overhead)
                 if worth_moving(stay, move, rules):
                     if best is None or move < best.move_s:
-                        best = Move(job, t, stay, move, notice)
+                        best = Move(job, t, stay, move, look.notice)
                 elif never_worth(
-                    spec.walltime_s, done, rate, rate_new, overhead, runs_on, spec.duration_s, rules
+                    spec.walltime_s,
+                    look.done,
+                    look.rate,
+                    rate_new,
+                    overhead,
+                    look.runs_on,
+                    spec.duration_s,
+                    rules,
                 ):
                     ruled_out.append((job, t))
             if best is not None:
@@ -467,25 +500,10 @@ def _move_off(
     targets.sort(key=spare, reverse=True)
     if not targets:
         return None
-    notice = grace[tier]
-    runs_on = sched.notice_s(notice) if notice > 0 else None  # until it has saved
-    job.advance(now)
-    spec, rate = job.spec, job.rate
-    done = job.progress_s / spec.duration_s
-    saved = job.saved_progress(now) / spec.duration_s
+    look = _Outlook.of(sched, job, grace[tier], now)
     best: Move | None = None
     for u in targets:
-        rate_new = sched.speed(job, u) * n / spec.gpus
-        stay, move = finish_times(
-            spec.walltime_s,
-            done,
-            saved,
-            rate,
-            rate_new,
-            sched.cfg.restart_overhead_s,
-            runs_on,
-            spec.duration_s,
-        )
+        stay, move = look.times(look.rate_on(sched, u), sched.cfg.restart_overhead_s)
         if best is None or move < best.move_s:  # the roomiest of equals (`targets`' order)
-            best = Move(job, u, stay, move, notice)
+            best = Move(job, u, stay, move, look.notice)
     return best
