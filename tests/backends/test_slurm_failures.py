@@ -272,6 +272,17 @@ def _job(c: httpx.Client, job_id: str) -> dict:
     return c.get(f"/v1/jobs/{job_id}").json()
 
 
+def _state_of(conf: str, c: httpx.Client, job_id: str, server: ServerProcess) -> str:
+    """What the server and Slurm say of a job a test waited on in vain: the job, Slurm's runs of
+    it and the nodes' states, and the end of the server's log."""
+    runs = _slurm(
+        conf, "squeue", "-h", "-t", "all", "--name", f"arbiter-{job_id}", "-o", "%i %T %R"
+    )
+    nodes = _slurm(conf, "sinfo", "-N", "-h", "-o", "%N %T %E")
+    log = server.log()[-3000:]
+    return f"job {_job(c, job_id)}; Slurm runs: {runs!r}; nodes: {nodes!r}; log: {log}"
+
+
 def test_serve_requeues_a_job_whose_node_slurm_set_down_from_its_checkpoint(
     slurm_conf, tmp_path, slurm_serve
 ):
@@ -281,11 +292,19 @@ def test_serve_requeues_a_job_whose_node_slurm_set_down_from_its_checkpoint(
     job_id = c.post("/v1/jobs", json=body).json()["id"]
     job = wait_for(lambda: (j := _job(c, job_id))["state"] == "running" and j)
     (node,) = job["allocation"]["nodes"]
+    # Until Slurm runs it, a node set down and back at once (ReturnToService) costs the job
+    # nothing, and a poll may never see the node down: only a running job is lost.
+    name = f"arbiter-{job_id}"
+    wait_for(lambda: "RUNNING" in _slurm(slurm_conf, "squeue", "-h", "--name", name, "-o", "%T"))
     r = c.post(f"/v1/jobs/{job_id}/telemetry", json={"event": "checkpoint", "step": 10})
     checkpoint_at = r.json()["at"]
     try:
         _slurm(slurm_conf, "scontrol", "update", f"nodename={node}", "state=down", "reason=t")
-        job = wait_for(lambda: (j := _job(c, job_id))["restarts"] == 1 and j, timeout_s=90)
+        job = wait_for(
+            lambda: (j := _job(c, job_id))["restarts"] == 1 and j,
+            timeout_s=90,
+            explain=lambda: _state_of(slurm_conf, c, job_id, slurm_serve[-1]),
+        )
     finally:
         _resume(slurm_conf, node)
     assert job["state"] in ("pending", "running") and job["tier"] == 1, job
