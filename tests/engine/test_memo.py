@@ -222,3 +222,35 @@ def test_a_job_whose_only_victims_belong_to_a_team_served_less_is_set_aside_as_h
     sched.finished("a-young", 1100.0)
     sched.cycle(1100.0)
     assert sched.jobs["a-new"].state.value == "running"
+
+
+def test_a_job_that_may_suspend_nobody_is_not_woken_by_starts_on_its_type():
+    """Team a's tier-3 job, suspended after 10 GPU-hours (the last queue) and beyond a's
+    quota, may take GPUs from nobody: no start on its type can give it a victim, so a tier-3
+    job of team b starting there gives it no try; GPUs freed in number do, and it starts."""
+    c = cluster({"name": "r", "nodes": 2})
+    teams = [Team("a", weight=1.0, quota={}), Team("b", weight=4.0, quota={})]
+    sched = Scheduler(c, teams, "arbiter")
+    sched.submit(job("a-heavy", team="a", gpus=8, duration=1e6), 0.0)
+    sched.submit(job("b-long", team="b", gpus=4, duration=1e6), 0.0)
+    sched.submit(job("b-short", team="b", gpus=4, duration=6000.0), 0.0)
+    assert sched.cycle(0.0).started == 3
+    # a-heavy has attained 36,800 GPU-seconds: a-new (none) suspends it, its only victim.
+    sched.submit(job("a-new", team="a", gpus=8, duration=3000.0), 4600.0)
+    suspended = [d.job_id for d in sched.cycle(4600.0).decisions if isinstance(d, Preempt)]
+    assert suspended == ["a-heavy"]
+    sched.stopped("a-heavy", 4660.0)
+    sched.cycle(4660.0)
+    assert sched.jobs["a-new"].state.value == "running"
+    sched.cycle(4661.0)
+    assert sched.set_aside("a-heavy") == "hopeless"
+    tried = sched.last_try["a-heavy"]
+    sched.finished("b-short", 6000.0)  # 4 GPUs free: too few for a-heavy
+    sched.submit(job("b-next", team="b", gpus=4, duration=1e6), 6000.0)
+    assert [d.job_id for d in sched.cycle(6000.0).decisions] == ["b-next"]
+    sched.cycle(6001.0)
+    assert sched.last_try["a-heavy"] == tried  # no try since
+    assert sched.set_aside("a-heavy") == "hopeless"
+    sched.finished("a-new", 7660.0)
+    sched.cycle(7660.0)
+    assert sched.jobs["a-heavy"].state.value == "running"

@@ -108,6 +108,11 @@ def beats(mine: Standing, theirs: Standing) -> bool:
     return mine[1] is None or theirs[1] is None or theirs[1] > mine[1]
 
 
+def may_beat(mine: Standing) -> bool:
+    """Whether a job of this standing `beats` any standing at all: not from the last queue."""
+    return mine[0] < len(THRESHOLDS)
+
+
 def outranks(job: Job, victim: Job, now: float) -> bool:
     """Rules 3 and 4: whether pending tier-3 `job` may suspend tier-3 `victim` at `now`."""
     return job.tier == victim.tier == Tier.EXPLORATORY and beats(

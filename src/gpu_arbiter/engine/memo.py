@@ -33,6 +33,7 @@ TIERS = (1, 2, 3)
 RUN_BANDS = 32
 HOPELESS = "hopeless"  # marks a blocked stamp made by `Stamps._hopeless`
 BARRED = "barred"  # marks a blocked stamp made by `Stamps._barred_stamp`
+QUOTA = "quota"  # a `_hopeless` job's wait on a type where only its quota can give it victims
 NOT_STARTED = (None, 0)  # no job started on a type yet (`Stamps._starts_at`)
 
 
@@ -95,8 +96,10 @@ class Stamps:
         it stop), jobs of that tier started there that
         are expected to run long enough to be its victims (`Policy.victim_min_run`), and
         running jobs there that became victims by a policy's order changing with time
-        (`Scheduler.reranked`); for a policy that neither preempts nor has quotas, nothing but
-        GPUs freed in number (no wake list).
+        (`Scheduler.reranked`); where the job, beyond its team's quota there, may take from no
+        tier at all (`Policy.victim_tiers`), nothing but being back within its quota (`QUOTA`:
+        no start, rise or other team's release can give it a victim); for a policy that
+        neither preempts nor has quotas, nothing but GPUs freed in number (no wake list).
         Placement is only ever refused here for too few free GPUs, so power and topology need
         no stamp."""
         if job.spec.gpu_milli < MILLI:
@@ -121,6 +124,11 @@ class Stamps:
                 if has_victims:
                     return None
                 tiers = self.policy.victim_tiers(job, within)
+                if not tiers and not within and not every:
+                    # Beyond its quota it may take from nobody here, whoever runs or starts:
+                    # only coming back within its quota can give it victims.
+                    wake.append(QUOTA)
+                    continue
                 if tiers:
                     band = run_band(self.policy.victim_min_run(ctx.view, job, t, within))
                     starts = (tiers, band, self._starts_of(t, tiers, band))
@@ -156,11 +164,16 @@ class Stamps:
                 if free[t] >= n:
                     return False
             return True
-        team, releases = job.team, self.quota.releases
-        freed, reranked = self._freed, self.state.reranks
-        for t, ((every, seen), starts, reranks) in zip(types, wake, strict=True):
+        team, quota = job.team, self.quota
+        releases, freed, reranked = quota.releases, self._freed, self.state.reranks
+        for t, watch in zip(types, wake, strict=True):
             if free[t] >= n:
                 return False
+            if watch is QUOTA:
+                if quota.within(team, t, n * job.spec.gpu_milli, tier):
+                    return False
+                continue
+            (every, seen), starts, reranks = watch
             if (freed[t] if every else releases.get((team, t), 0)) != seen:
                 return False
             if reranked[t] != reranks:

@@ -112,8 +112,11 @@ class ArbiterPolicy(Policy):
         return discipline.rank_key(job)
 
     def victim_tiers(self, job: Job, within_quota: bool) -> tuple[int, ...]:
+        """The tier rules' tiers, else tier 3 for a job that may time-share and outranks
+        somebody by its queue (`discipline.may_beat`): a job in the last queue suspends
+        nobody."""
         tiers = super().victim_tiers(job, within_quota)
-        if not tiers and self._time_shares(job):
+        if not tiers and self._time_shares(job) and discipline.may_beat(self._standing_of(job)):
             return (Tier.EXPLORATORY,)
         return tiers
 
