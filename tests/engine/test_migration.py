@@ -5,9 +5,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_arbiter.domain import Preempt, Team
+from gpu_arbiter.domain import Allocation, Preempt, Team
 from gpu_arbiter.engine import EngineConfig, Scheduler
-from gpu_arbiter.engine.migration import MoveRules, finish_times, never_worth, worth_moving
+from gpu_arbiter.engine.backfill import Reservation
+from gpu_arbiter.engine.migration import (
+    MoveRules,
+    finish_times,
+    never_worth,
+    way_for,
+    worth_moving,
+)
 from gpu_arbiter.engine.policies.arbiter import ArbiterPolicy
 from gpu_arbiter.sim import SimConfig, Simulator
 from tests.conftest import job
@@ -461,6 +468,24 @@ def test_no_way_is_made_where_what_is_freed_cannot_start_the_pinned_job():
     assert sched.jobs["f"].allocation.gpu_type == "H100"
 
 
+def test_a_look_where_every_job_that_could_make_way_is_too_few_weighs_none():
+    """As above: moving f frees one GPU, p needs two more than are free. The look ends
+    before any move is weighed (f is not even brought up to date)."""
+    sched = sched_with(teams=[Team("a", quota={"H100": 2}), Team("b")])
+    sched.submit(job("f", duration=1e5, walltime_s=1e5, gpu_types=EITHER), 0.0)
+    sched.submit(job("g", duration=1e5, walltime_s=1e5, gpu_types=FAST_ONLY), 0.0)
+    cycle(sched, 0.0)
+    sched.submit(job("p", team="b", gpus=8, walltime_s=3600.0, gpu_types=FAST_ONLY), 10.0)
+    res = Reservation("p", "H100", 8, shadow_time=1e5, extra=0)
+    free = dict(sched.index.type_free)
+    assert way_for(sched, sched.jobs["p"], res, 20.0, MoveRules(), free, {}) is None
+    assert sched.jobs["f"].updated_at < 20.0
+    assert (
+        way_for(sched, sched.jobs["p"], res, 20.0, MoveRules(), free, {}, shortcuts=False) is None
+    )
+    assert sched.jobs["f"].updated_at == 20.0  # the full search weighs f
+
+
 def test_no_way_is_made_without_moves_in_the_policy():
     sched = sched_with(ArbiterPolicy(moves=None, shortest_first=False), MAKE_WAY_TEAMS)
     sched.submit(job("f", duration=1e5, walltime_s=1e5, gpu_types=EITHER), 0.0)
@@ -527,3 +552,81 @@ def test_making_way_keeps_the_invariants_and_every_job_completes(flexible, v100_
     p = sched.jobs["p"]
     if made_way:  # the gang starts once the jobs that made way for it have saved
         assert p.first_start <= max(made_way) + notice + 1.0  # (the next cycle: a tick on)
+
+
+def _index_state(sched: Scheduler) -> tuple:
+    """The capacity index as placement reads it, bucket order included."""
+    index = sched.index
+    return (
+        list(index.free_mask),
+        list(index.rack_power),
+        {t: [list(b) for b in buckets] for t, buckets in index.buckets.items()},
+        {k: [list(b) for b in buckets] for k, buckets in index.rack_buckets.items()},
+    )
+
+
+H100_NODES = 4  # nodes 0-3: racks f0 (0, 1) and f1 (2, 3), 8 GPUs in NVLink domains of 4
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    owners=st.lists(st.integers(-1, 5), min_size=8 * H100_NODES, max_size=8 * H100_NODES),
+    flexible=st.lists(
+        st.tuples(st.integers(2, 3), st.floats(1e4, 1e6), st.sampled_from([0.6, 1.0])),
+        min_size=6,
+        max_size=6,
+    ),
+    gang=st.tuples(st.sampled_from([4, 8, 12, 16, 24]), st.sampled_from([1, 2, 4])),
+    max_racks=st.sampled_from([None, 1]),
+    v100_busy=st.integers(0, 16),
+    notice=st.sampled_from([0.0, 60.0]),
+)
+def test_a_look_cut_short_finds_what_the_full_search_finds(
+    owners, flexible, gang, max_racks, v100_busy, notice
+):
+    """Six jobs of team a run on GPUs drawn at random on two racks of H100s (`owners`: the
+    job of each GPU, -1 for a free one; jobs 0-2 may also run on the V100s, 3-5 may not),
+    the V100s partly busy, and team b's gang pinned to the H100s: a look with its shortcuts
+    gives the same moves as the full search and leaves the capacity index the same, bucket
+    order included (later placements read it)."""
+    n, tp = gang
+    racks = max_racks if n <= 16 else None  # (a rack holds 16)
+
+    def build() -> Scheduler:
+        c = cluster(
+            {"name": "f0", "nodes": 2, "gpu_type": "H100", "nvlink_domain": 4},
+            {"name": "f1", "nodes": 2, "gpu_type": "H100", "nvlink_domain": 4},
+            {"name": "slow", "nodes": 2, "gpu_type": "V100"},
+        )
+        teams = [Team("a", quota={"H100": 32}), Team("b")]
+        sched = Scheduler(c, teams, ArbiterPolicy(), EngineConfig(notice_stop_s=notice))
+        for k, (tier, d, speed) in enumerate(flexible):
+            slots: dict[int, list[int]] = {}
+            for i, owner in enumerate(owners):
+                if owner == k:
+                    slots.setdefault(i // 8, []).append(i % 8)
+            if not slots:
+                continue
+            held = sum(len(g) for g in slots.values())
+            types = {"H100": 1.0, "V100": speed} if k < 3 else FAST_ONLY
+            spec = job(f"j{k}", tier=tier, gpus=held, duration=d, walltime_s=d, gpu_types=types)
+            sched.submit(spec, 0.0)
+            alloc = Allocation("H100", tuple((node, tuple(g)) for node, g in slots.items()))
+            sched.adopt(sched.jobs[spec.id], alloc, 0.0)
+        if v100_busy:
+            busy = job("busy", team="b", gpus=v100_busy, duration=2e6, gpu_types={"V100": 1.0})
+            sched.submit(busy, 0.0)
+            cycle(sched, 0.0)
+        p = job("p", team="b", gpus=n, tp_size=tp, max_racks=racks, gpu_types=FAST_ONLY)
+        sched.submit(p, 10.0)
+        return sched
+
+    looks = []
+    for shortcuts in (True, False):
+        sched = build()
+        res = Reservation("p", "H100", n, shadow_time=1e6, extra=0)
+        free = dict(sched.index.type_free)
+        way = way_for(sched, sched.jobs["p"], res, 20.0, MoveRules(), free, {}, shortcuts=shortcuts)
+        moves = None if way is None else [(m.job.id, m.gpu_type, m.grace_s, a) for m, a, _ in way]
+        looks.append((moves, _index_state(sched)))
+    assert looks[0] == looks[1]

@@ -1,13 +1,24 @@
 """Where a gang goes (S3, S5, S6, S10): best fit, one rack when it fits, rack caps, NVLink
 domains, power caps, data locality."""
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gpu_arbiter.domain import Allocation
 from gpu_arbiter.domain.presets import small
 from gpu_arbiter.engine import EngineConfig, Scheduler
 from gpu_arbiter.engine.capacity import CapacityIndex
-from gpu_arbiter.engine.placement import Request, gpus_to_mask, pick_gpus, place
+from gpu_arbiter.engine.placement import (
+    Request,
+    gpus_to_mask,
+    may_place_after,
+    pick_gpus,
+    place,
+)
+from gpu_arbiter.engine.preemption import Option, plan_preemption
 from tests.conftest import job
 from tests.engine.helpers import cluster, cycle, starts
+from tests.engine.strategies import clusters
 
 
 def commit(index: CapacityIndex, alloc: Allocation, w: float = 560.0) -> None:
@@ -160,3 +171,63 @@ def test_a_gang_whose_power_room_is_not_a_whole_number_of_tp_groups_per_rack_sti
     alloc = place(index, Request("H100", 10, 2))
     assert alloc is not None and alloc.gpus == 10
     assert all(len(gpus) % 2 == 0 for _, gpus in alloc.slots)
+
+
+def test_no_gang_passes_the_test_where_no_freeing_could_place_it():
+    index = CapacityIndex(small())  # 2 racks of 4 nodes x 8
+    one_gpu = [Allocation("H100", ((node, (0,)),)) for node in range(8)]
+    seven = [Allocation("H100", ((node, tuple(range(1, 8))),)) for node in range(8)]
+    for alloc in one_gpu + seven:
+        commit(index, alloc)
+    # A GPU of every node stays busy: no node can hold 8, whatever else is freed.
+    assert not may_place_after(index, Request("H100", 8), seven)
+    assert may_place_after(index, Request("H100", 7), seven[:1])
+    assert may_place_after(index, Request("H100", 8), seven[:1] + one_gpu[:1])
+    # Two racks hold 56 of 64 GPUs in groups of 1, but only 48 in groups of 4 or 8 (7 -> 4).
+    assert may_place_after(index, Request("H100", 56, tp=1), seven)
+    assert not may_place_after(index, Request("H100", 52, tp=4), seven)
+    assert not may_place_after(index, Request("H100", 29, max_racks=1), seven)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_whatever_some_of_the_busy_gpus_freed_can_place_passes_the_test_with_all_freed(data):
+    """`may_place_after` is a necessary condition: where `place` finds the gang with any
+    subset of the allocations released, or a preemption plan over them (in any order) does,
+    the test on all of them passes."""
+    c = data.draw(clusters()).cluster
+    index = CapacityIndex(c)
+    types = sorted(index.max_size)
+    allocs: list[Allocation] = []
+    for t in types:  # busy GPUs of each type, shared out among a few jobs
+        jobs = data.draw(st.integers(1, 5))
+        slots: list[dict[int, list[int]]] = [{} for _ in range(jobs)]
+        for node in (n for n in c.nodes if n.gpu_type == t):
+            for g in range(node.gpus):
+                owner = data.draw(st.integers(-1, jobs - 1))  # -1: free
+                if owner >= 0:
+                    slots[owner].setdefault(node.index, []).append(g)
+        allocs += [Allocation(t, tuple((n, tuple(g)) for n, g in s.items())) for s in slots if s]
+    watts = {a: index.watts_per_gpu(a.gpu_type, "normal") for a in allocs}
+    for a in allocs:
+        commit(index, a, watts[a])
+    t = data.draw(st.sampled_from(types))
+    domain = min(n.domain_size for n in c.nodes if n.gpu_type == t)
+    req = Request(
+        t,
+        data.draw(st.integers(1, index.type_total[t])),
+        tp=data.draw(st.sampled_from(sorted({1, 2, domain} & set(range(1, domain + 1))))),
+        max_racks=data.draw(st.sampled_from([None, 1, 2])),
+    )
+    strategy = data.draw(st.sampled_from(["pack", "spread"]))
+    mine = [a for a in allocs if a.gpu_type == t]
+    verdict = may_place_after(index, req, mine)
+    order = data.draw(st.permutations(mine))
+    options = [Option((), (), None, a, watts[a], True, ()) for a in order]
+    if plan_preemption(index, req, options, strategy) is not None:
+        assert verdict
+    for a in data.draw(st.lists(st.sampled_from(mine), unique=True)) if mine else []:
+        for node, gpus in a.slots:
+            index.give(node, gpus_to_mask(gpus), watts[a])
+    if place(index, req, strategy) is not None:
+        assert verdict

@@ -55,11 +55,12 @@ from typing import TYPE_CHECKING
 
 from gpu_arbiter.domain import MILLI, Allocation, Job, JobKind, Tier
 from gpu_arbiter.engine.backfill import Reservation, fits_before, may_take
-from gpu_arbiter.engine.placement import Request
+from gpu_arbiter.engine.placement import Request, gpus_to_mask, may_place_after
 from gpu_arbiter.engine.preemption.plan import plan_preemption
 from gpu_arbiter.engine.preemption.victims import Option
 
 if TYPE_CHECKING:
+    from gpu_arbiter.engine.capacity import CapacityIndex
     from gpu_arbiter.engine.policy import SchedulerView
 
 
@@ -403,44 +404,61 @@ def way_for(
     free: dict[str, int],
     reservations: dict[str, Reservation],
     placement: str = "pack",
+    *,
+    shortcuts: bool = True,
 ) -> list[tuple[Move, Allocation, Reservation | None]] | None:
     """The moves (each with the allocation it would get now and its target's reservation)
     that let `holder` be placed on `res`'s type, or None when no such moves are worth it: the
     cheapest movers first, jobs already stopping there counted as freeing their GPUs, and
-    only those whose GPUs the holder's placement uses (`plan_preemption`)."""
+    only those whose GPUs the holder's placement uses (`plan_preemption`).
+
+    Most looks find no way: even all the jobs that could make way cannot free room for the
+    gang. Two tests end those looks early, with the same answer and the same capacity index
+    as the full search (`shortcuts=False`, for tests that compare the two)."""
     t, index = res.gpu_type, sched.index
-    # No job may move to a type with fewer free GPUs than it holds (`_move_off`'s room rule).
+    # No job may move to a type with fewer free GPUs than it holds (`_way_off`'s room rule).
     room = max((n for u, n in free.items() if u != t), default=0)
     if room <= 0:
         return None
     grace = _graces(sched, rules)
-    options: list[tuple[float, int, Option]] = []
-    moves: dict[str, Move] = {}
+    stopping: list[Job] = []  # free their GPUs anyway
+    movers: list[tuple[Job, list[str]]] = []  # may make way, with the types they may go to
     for job in sched.running_by_type[t].values():
-        alloc = job.allocation
-        if res.node is not None and res.node not in alloc.nodes:
+        if res.node is not None and res.node not in job.allocation.nodes:
             continue
         if job.spec.gpu_milli != MILLI:
             continue  # a shared GPU frees only when every sharer stops
         if job.preempting or job.id in sched.pending_stops:
-            cost = -math.inf  # frees its GPUs anyway
-        elif job.gpus_held > room:
-            continue
-        else:
-            m = _move_off(sched, job, t, holder, now, rules, grace, free)
-            if m is None:
-                continue
-            moves[job.id] = m
-            cost = -m.gain_s
-        w = index.watts_per_gpu(t, job.spec.power_profile)
-        option = Option((), (job,), None, alloc, w, True, ((alloc, job.borrowed),))
-        options.append((cost, job.seq, option))
-    if not moves:
+            stopping.append(job)
+        elif job.gpus_held <= room:
+            targets = _way_off(sched, job, t, holder, now, rules, grace, free)
+            if targets:
+                movers.append((job, targets))
+    if not movers:
         return None
+    # The plan below frees GPUs only by stopping these jobs: where even all of them are too
+    # few by count, it would fail before touching anything, so no move is weighed.
+    jobs = [*stopping, *(job for job, _ in movers)]
+    if shortcuts and index.type_free[t] + sum(job.allocation.gpus for job in jobs) < res.gpus:
+        return None
+    options: list[tuple[float, int, Option]] = []
+    moves: dict[str, Move] = {}
+    for job in stopping:
+        options.append((-math.inf, job.seq, _option(index, t, job)))
+    for job, targets in movers:
+        m = _quickest(sched, job, targets, grace[int(job.tier)], now)
+        moves[job.id] = m
+        options.append((-m.gain_s, job.seq, _option(index, t, job)))
     options.sort(key=lambda o: o[:2])
+    ordered = [o for _, _, o in options]
     s = holder.spec
     req = Request(t, res.gpus, s.tp_size, s.max_racks, s.power_profile, s.data_locality)
-    plan = plan_preemption(index, req, (o for _, _, o in options), placement)
+    # Where even all of them could not hold the gang by the placement rules, none of the
+    # plan's placements is tried.
+    if shortcuts and not may_place_after(index, req, (job.allocation for job in jobs)):
+        _as_a_failed_plan_leaves(index, ordered)
+        return None
+    plan = plan_preemption(index, req, ordered, placement)
     if plan is None:
         return None
     chosen = [moves[v.job.id] for v in plan.victims if v.job.id in moves]
@@ -468,7 +486,27 @@ def way_for(
     return way
 
 
-def _move_off(
+def _as_a_failed_plan_leaves(index: CapacityIndex, options: list[Option]) -> None:
+    """Leave the capacity index as `plan_preemption` leaves it when it releases every option
+    in turn (cheapest first) without placing the gang: the same releases and retakes, in the
+    same order, without its placements in between. The free GPUs end as they were, but each
+    node released and retaken goes to the end of its free-count buckets, an order later
+    placements read; kept so the shortcut changes no decision."""
+    for o in options:
+        for node, gpus in o.part.slots:
+            index.give(node, gpus_to_mask(gpus), o.watts)
+    for o in reversed(options):
+        for node, gpus in o.part.slots:
+            index.take(node, gpus_to_mask(gpus), o.watts)
+
+
+def _option(index: CapacityIndex, gpu_type: str, job: Job) -> Option:
+    """Stopping `job` as a victim of the plan that places the pinned job."""
+    w = index.watts_per_gpu(gpu_type, job.spec.power_profile)
+    return Option((), (job,), None, job.allocation, w, True, ((job.allocation, job.borrowed),))
+
+
+def _way_off(
     sched: SchedulerView,
     job: Job,
     gpu_type: str,
@@ -477,15 +515,14 @@ def _move_off(
     rules: MoveRules,
     grace: dict[int, float],
     free: dict[str, int],
-) -> Move | None:
-    """The quickest move of a running job off `gpu_type` for `holder`'s sake (its `gain_s`
-    may be negative: the time it adds), or None where the job may not make way: tier 1, a
-    tier above the holder's, no other accepted type with room now beyond what pending jobs
-    pinned to it want (as the walk's S7 rule) and at least `slower_type_min_speed` of its
-    speed here."""
+) -> list[str]:
+    """The types a running job may move to off `gpu_type` for `holder`'s sake, roomiest
+    first; none where it may not make way: tier 1, a tier above the holder's, no other
+    accepted type with room now beyond what pending jobs pinned to it want (as the walk's S7
+    rule) and at least `slower_type_min_speed` of its speed here."""
     tier = int(job.tier)
     if tier < int(holder.tier) or tier not in grace or not movable(sched, job, now, rules):
-        return None
+        return []
     n, here = job.gpus_held, sched.speed(job, gpu_type)
     floor = sched.cfg.slower_type_min_speed * here
 
@@ -498,9 +535,15 @@ def _move_off(
         if u != gpu_type and spare(u) >= 0 and sched.speed(job, u) >= floor
     ]
     targets.sort(key=spare, reverse=True)
-    if not targets:
-        return None
-    look = _Outlook.of(sched, job, grace[tier], now)
+    return targets
+
+
+def _quickest(
+    sched: SchedulerView, job: Job, targets: list[str], notice: float, now: float
+) -> Move:
+    """The quickest move of a running job to one of `targets` (`_way_off`); its `gain_s` may
+    be negative: the time it adds."""
+    look = _Outlook.of(sched, job, notice, now)
     best: Move | None = None
     for u in targets:
         stay, move = look.times(look.rate_on(sched, u), sched.cfg.restart_overhead_s)

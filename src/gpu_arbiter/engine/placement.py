@@ -16,6 +16,7 @@ exceeded: each GPU counts at its board power times the job's power-profile facto
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpu_arbiter.domain import Allocation
@@ -43,6 +44,54 @@ def place(
     if req.gpus <= index.max_size[req.gpu_type]:
         return _place_in_one_node(index, req, strategy == "pack", avoid)
     return _place_across_nodes(index, req, strategy == "pack", avoid)
+
+
+def may_place_after(index: CapacityIndex, req: Request, freed: Iterable[Allocation]) -> bool:
+    """False when `place` cannot find the gang with any subset of `freed` (busy GPUs)
+    released, so a preemption plan over those victims need not be searched.
+
+    `place` succeeds only where some node could hold a single-node gang on its own (enough
+    free GPUs in whole tensor-parallel groups per NVLink domain, `pick_gpus`), or where the
+    `max_racks` roomiest racks hold a multi-node gang in whole groups of each node (`_fill`
+    takes whole groups per node); both only grow as GPUs are freed, so where they fail with
+    every allocation in `freed` released, they fail with any subset released. Power caps and
+    the node a reservation keeps are not counted: the test may pass where placement fails,
+    never the reverse."""
+    t, n = req.gpu_type, req.gpus
+    extra: dict[int, int] = {}  # node -> the GPUs `freed` holds there
+    for alloc in freed:
+        for node, gpus in alloc.slots:
+            extra[node] = extra.get(node, 0) | gpus_to_mask(gpus)
+    if n <= index.max_size[t]:  # placed on one node: a node that could take it
+        for node, mask in extra.items():
+            free = index.free_mask[node] | mask
+            if pick_gpus(free, index.size[node], index.domain[node], n, req.tp) is not None:
+                return True
+        buckets = index.buckets[t]
+        return any(
+            pick_gpus(index.free_mask[node], index.size[node], index.domain[node], n, req.tp)
+            is not None
+            for k in range(n, len(buckets))
+            for node in buckets[k]
+            if node not in extra
+        )
+    room = {r: index.rack_free[(t, r)] for r in index.type_racks[t]}
+    for node, mask in extra.items():  # a node gives a multi-node gang whole groups only
+        free = index.free_mask[node]
+        groups = _groups(free | mask, index.size[node], index.domain[node], req.tp)
+        room[index.node_rack[node]] += groups - free.bit_count()
+    usable = sorted((f // req.tp * req.tp for f in room.values()), reverse=True)
+    return sum(usable[: req.max_racks or len(usable)]) >= n
+
+
+def _groups(free_mask: int, size: int, domain: int, tp: int) -> int:
+    """The most GPUs of a node's free mask in whole groups of `tp` within NVLink domains."""
+    if domain >= size:
+        return free_mask.bit_count() // tp * tp
+    dfull = (1 << domain) - 1
+    return sum(
+        ((free_mask >> (d * domain)) & dfull).bit_count() // tp * tp for d in range(size // domain)
+    )
 
 
 def pick_gpus(free_mask: int, size: int, domain: int, n: int, tp: int) -> int | None:
