@@ -209,6 +209,12 @@ def _place_across_nodes(
                 usable.append((u, r))
     if sum(u for u, _ in usable) < n:
         return None
+    # Each step below places the gang on at most `limit` racks: where even the largest that
+    # many cannot cover it in number, none can (the common failure of a preemption search).
+    limit = req.max_racks or len(usable)
+    fewest = _largest_covering(usable, n, limit)
+    if not fewest:
+        return None
     local = index.label_racks(req.locality, t) if req.locality else ()
 
     def rank(item: tuple[int, int]) -> tuple:
@@ -226,7 +232,6 @@ def _place_across_nodes(
     by_pod: dict[str, list[tuple[int, int]]] = {}
     for u, r in usable:
         by_pod.setdefault(index.rack_pod[r], []).append((u, r))
-    limit = req.max_racks or len(usable)
     pods = []
     for pod, racks in by_pod.items():
         chosen = _largest_covering(racks, n, limit)
@@ -238,11 +243,8 @@ def _place_across_nodes(
             return alloc
     # 3. across pods, fewest racks; a rack's usable count is an upper bound (tensor-parallel
     # groups must fit within nodes), so a few more racks are tried before giving up
-    chosen = _largest_covering(usable, n, limit)
-    if not chosen:
-        return None
     ordered = sorted(usable, key=lambda x: (-x[0], x[1]))
-    for k in range(len(chosen), min(limit, len(ordered), len(chosen) + EXTRA_RACKS) + 1):
+    for k in range(len(fewest), min(limit, len(ordered), len(fewest) + EXTRA_RACKS) + 1):
         alloc = _fill(index, req, [r for _, r in ordered[:k]], w, pack, avoid)
         if alloc:
             return alloc
