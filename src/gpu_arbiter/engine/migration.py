@@ -422,24 +422,38 @@ def way_for(
         return None
     grace = _graces(sched, rules)
     stopping: list[Job] = []  # free their GPUs anyway
-    movers: list[tuple[Job, list[str]]] = []  # may make way, with the types they may go to
+    others: list[Job] = []  # might make way
     for job in sched.running_by_type[t].values():
-        if res.node is not None and res.node not in job.allocation.nodes:
+        alloc = job.allocation
+        if res.node is not None and res.node not in alloc.nodes:
             continue
         if job.spec.gpu_milli != MILLI:
             continue  # a shared GPU frees only when every sharer stops
         if job.preempting or job.id in sched.pending_stops:
             stopping.append(job)
-        elif job.gpus_held <= room:
-            targets = _way_off(sched, job, t, holder, now, rules, grace, free)
-            if targets:
-                movers.append((job, targets))
+        elif alloc.gpus <= room:
+            others.append(job)
+    # The plan below frees GPUs only by stopping some of these jobs: where even all of them
+    # are too few by count, it would fail before touching anything, so none is weighed.
+    short = res.gpus - index.type_free[t]
+    if shortcuts and sum(job.allocation.gpus for job in (*stopping, *others)) < short:
+        return None
+    # Free GPUs of each other type beyond what pending jobs pinned to it want, by tier.
+    left = {
+        (u, k): n - sched.queue.pinned_at_or_above(u, k)
+        for u, n in free.items()
+        if u != t
+        for k in grace
+    }
+    movers: list[tuple[Job, list[str]]] = []  # may make way, with the types they may go to
+    for job in others:
+        targets = _way_off(sched, job, t, holder, now, rules, grace, left)
+        if targets:
+            movers.append((job, targets))
     if not movers:
         return None
-    # The plan below frees GPUs only by stopping these jobs: where even all of them are too
-    # few by count, it would fail before touching anything, so no move is weighed.
     jobs = [*stopping, *(job for job, _ in movers)]
-    if shortcuts and index.type_free[t] + sum(job.allocation.gpus for job in jobs) < res.gpus:
+    if shortcuts and sum(job.allocation.gpus for job in jobs) < short:
         return None
     options: list[tuple[float, int, Option]] = []
     moves: dict[str, Move] = {}
@@ -492,12 +506,15 @@ def _as_a_failed_plan_leaves(index: CapacityIndex, options: list[Option]) -> Non
     same order, without its placements in between. The free GPUs end as they were, but each
     node released and retaken goes to the end of its free-count buckets, an order later
     placements read; kept so the shortcut changes no decision."""
-    for o in options:
-        for node, gpus in o.part.slots:
-            index.give(node, gpus_to_mask(gpus), o.watts)
-    for o in reversed(options):
-        for node, gpus in o.part.slots:
-            index.take(node, gpus_to_mask(gpus), o.watts)
+    parts = [
+        (o.watts, [(node, gpus_to_mask(gpus)) for node, gpus in o.part.slots]) for o in options
+    ]
+    for w, slots in parts:
+        for node, mask in slots:
+            index.give(node, mask, w)
+    for w, slots in reversed(parts):
+        for node, mask in slots:
+            index.take(node, mask, w)
 
 
 def _option(index: CapacityIndex, gpu_type: str, job: Job) -> Option:
@@ -514,27 +531,27 @@ def _way_off(
     now: float,
     rules: MoveRules,
     grace: dict[int, float],
-    free: dict[str, int],
+    left: dict[tuple[str, int], int],
 ) -> list[str]:
     """The types a running job may move to off `gpu_type` for `holder`'s sake, roomiest
     first; none where it may not make way: tier 1, a tier above the holder's, no other
-    accepted type with room now beyond what pending jobs pinned to it want (as the walk's S7
-    rule) and at least `slower_type_min_speed` of its speed here."""
+    accepted type with room now beyond what pending jobs pinned to it want (`left`, by type
+    and tier: as the walk's S7 rule) and at least `slower_type_min_speed` of its speed here."""
     tier = int(job.tier)
     if tier < int(holder.tier) or tier not in grace or not movable(sched, job, now, rules):
         return []
-    n, here = job.gpus_held, sched.speed(job, gpu_type)
-    floor = sched.cfg.slower_type_min_speed * here
-
-    def spare(u: str) -> int:  # free GPUs of the type left after the job and pinned jobs
-        return free.get(u, 0) - n - sched.queue.pinned_at_or_above(u, tier)
-
-    targets = [
-        u
+    n = job.gpus_held
+    spare = {  # what the type has left after the job and the pinned jobs
+        u: room - n
         for u in sched.types_by_speed(job)
-        if u != gpu_type and spare(u) >= 0 and sched.speed(job, u) >= floor
-    ]
-    targets.sort(key=spare, reverse=True)
+        if u != gpu_type and (room := left[(u, tier)]) >= n
+    }
+    if not spare:
+        return []
+    floor = sched.cfg.slower_type_min_speed * sched.speed(job, gpu_type)
+    targets = [u for u in spare if sched.speed(job, u) >= floor]
+    if len(targets) > 1:
+        targets.sort(key=spare.__getitem__, reverse=True)
     return targets
 
 
