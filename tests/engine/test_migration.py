@@ -2,7 +2,7 @@
 starting on a slow type now and waiting for a fast one (engine.typechoice), under Arbiter."""
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpu_arbiter.domain import Allocation, Preempt, Team
@@ -570,7 +570,7 @@ H100_NODES = 4  # nodes 0-3: racks f0 (0, 1) and f1 (2, 3), 8 GPUs in NVLink dom
 
 @settings(max_examples=80, deadline=None)
 @given(
-    owners=st.lists(st.integers(-1, 5), min_size=8 * H100_NODES, max_size=8 * H100_NODES),
+    owners=st.lists(st.integers(-1, 5), min_size=4 * H100_NODES, max_size=4 * H100_NODES),
     flexible=st.lists(
         st.tuples(st.integers(2, 3), st.floats(1e4, 1e6), st.sampled_from([0.6, 1.0])),
         min_size=6,
@@ -581,11 +581,20 @@ H100_NODES = 4  # nodes 0-3: racks f0 (0, 1) and f1 (2, 3), 8 GPUs in NVLink dom
     v100_busy=st.integers(0, 16),
     notice=st.sampled_from([0.0, 60.0]),
 )
+@example(  # two movers on nodes with 4 free GPUs each, the second in line the cheaper
+    owners=[0, 3, -1, -1, 1, 3, -1, -1, 3, 3, 3, 3, 4, 4, 4, 4],
+    flexible=[(3, 1e5, 0.6), (3, 1e5, 1.0)] + [(3, 1e5, 1.0)] * 4,
+    gang=(8, 1),
+    max_racks=None,
+    v100_busy=0,
+    notice=0.0,
+)
 def test_a_look_cut_short_finds_what_the_full_search_finds(
     owners, flexible, gang, max_racks, v100_busy, notice
 ):
     """Six jobs of team a run on GPUs drawn at random on two racks of H100s (`owners`: the
-    job of each GPU, -1 for a free one; jobs 0-2 may also run on the V100s, 3-5 may not),
+    job of each pair of GPUs, -1 for a free pair; jobs 0-2 may also run on the V100s, 3-5
+    may not),
     the V100s partly busy, and team b's gang pinned to the H100s: a look with its shortcuts
     gives the same moves as the full search and leaves the capacity index the same, bucket
     order included (later placements read it)."""
@@ -604,7 +613,7 @@ def test_a_look_cut_short_finds_what_the_full_search_finds(
             slots: dict[int, list[int]] = {}
             for i, owner in enumerate(owners):
                 if owner == k:
-                    slots.setdefault(i // 8, []).append(i % 8)
+                    slots.setdefault(i // 4, []).extend((2 * i % 8, 2 * i % 8 + 1))
             if not slots:
                 continue
             held = sum(len(g) for g in slots.values())

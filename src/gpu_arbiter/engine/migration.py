@@ -455,23 +455,19 @@ def way_for(
     jobs = [*stopping, *(job for job, _ in movers)]
     if shortcuts and sum(job.allocation.gpus for job in jobs) < short:
         return None
-    options: list[tuple[float, int, Option]] = []
-    moves: dict[str, Move] = {}
-    for job in stopping:
-        options.append((-math.inf, job.seq, _option(index, t, job)))
-    for job, targets in movers:
-        m = _quickest(sched, job, targets, grace[int(job.tier)], now)
-        moves[job.id] = m
-        options.append((-m.gain_s, job.seq, _option(index, t, job)))
-    options.sort(key=lambda o: o[:2])
-    ordered = [o for _, _, o in options]
     s = holder.spec
     req = Request(t, res.gpus, s.tp_size, s.max_racks, s.power_profile, s.data_locality)
     # Where even all of them could not hold the gang by the placement rules, none of the
-    # plan's placements is tried.
+    # plan's placements is tried, and no move is weighed where the order the plan would
+    # release them in leaves no trace.
     if shortcuts and not may_place_after(index, req, (job.allocation for job in jobs)):
+        if _same_in_any_order(index, t, jobs):
+            ordered = [_option(index, t, job) for job in jobs]
+        else:
+            ordered, _ = _by_cost(sched, t, stopping, movers, grace, now)
         _as_a_failed_plan_leaves(index, ordered)
         return None
+    ordered, moves = _by_cost(sched, t, stopping, movers, grace, now)
     plan = plan_preemption(index, req, ordered, placement)
     if plan is None:
         return None
@@ -498,6 +494,47 @@ def way_for(
             return None
         way.append((m, alloc, target_res))
     return way
+
+
+def _by_cost(
+    sched: SchedulerView,
+    gpu_type: str,
+    stopping: list[Job],
+    movers: list[tuple[Job, list[str]]],
+    grace: dict[int, float],
+    now: float,
+) -> tuple[list[Option], dict[str, Move]]:
+    """The plan's victims, cheapest first (those stopping anyway, then the movers by the
+    time their move adds), and each mover's quickest move."""
+    options: list[tuple[float, int, Option]] = []
+    moves: dict[str, Move] = {}
+    for job in stopping:
+        options.append((-math.inf, job.seq, _option(sched.index, gpu_type, job)))
+    for job, targets in movers:
+        m = _quickest(sched, job, targets, grace[int(job.tier)], now)
+        moves[job.id] = m
+        options.append((-m.gain_s, job.seq, _option(sched.index, gpu_type, job)))
+    options.sort(key=lambda o: o[:2])
+    return [o for _, _, o in options], moves
+
+
+def _same_in_any_order(index: CapacityIndex, gpu_type: str, jobs: list[Job]) -> bool:
+    """Whether releasing and retaking the jobs' GPUs leaves the capacity index the same in
+    whatever order: each node with free GPUs among theirs goes to the end of its free-count
+    buckets, so at most one such node per free count; and every rack's power stays a whole
+    number of watts, whose sums (far below 2**53) are exact in any order."""
+    at: dict[int, int] = {}  # free count -> the node with free GPUs there
+    for job in jobs:
+        w = index.watts_per_gpu(gpu_type, job.spec.power_profile)
+        for node, gpus in job.allocation.slots:
+            if not (w * len(gpus)).is_integer():
+                return False
+            if not index.rack_power[index.node_rack[node]].is_integer():
+                return False
+            k = index.free[node]
+            if k and at.setdefault(k, node) != node:
+                return False
+    return True
 
 
 def _as_a_failed_plan_leaves(index: CapacityIndex, options: list[Option]) -> None:
