@@ -154,6 +154,31 @@ def test_a_tier3_job_that_can_save_is_asked_to_and_moves_with_all_its_work():
     assert sched.jobs["x"].progress_s == pytest.approx(265.0)  # 1060 s at 0.25, all kept
 
 
+def test_fractional_jobs_move_to_the_fast_type_like_whole_ones_and_share_it():
+    """Two half-GPU pods started on a V100 they share, as the H100s were held; once the H100s
+    free up, both save and move there by the same gain as a whole job, and placement puts the
+    second onto the GPU the first opened (S11's sharing rules hold on the target)."""
+    sched = sched_with(teams=QUOTA, config=EngineConfig())
+    sched.submit(job("blocker", tier=1, gpus=8, duration=1000.0, gpu_types=FAST_ONLY), 0.0)
+    for name in ("x", "y"):
+        pod = job(name, duration=1e4, walltime_s=1e4, gpu_types=FLEX, gpu_milli=500)
+        sched.submit(pod, 0.0)
+    started = starts(cycle(sched, 0.0))
+    assert {started[p].allocation.gpu_type for p in "xy"} == {"V100"}
+    sched.finished("blocker", 1000.0)
+    decisions = cycle(sched, 1000.0)
+    assert set(preempts(decisions)) == {"x", "y"}
+    assert all(preempts(decisions)[p].checkpoint for p in "xy")
+    sched.stopped("x", 1060.0)
+    sched.stopped("y", 1060.0)
+    decisions = cycle(sched, 1060.0)
+    moved = {p: starts(decisions)[p].allocation for p in "xy"}
+    assert {a.gpu_type for a in moved.values()} == {"H100"}
+    assert moved["x"].slots == moved["y"].slots  # one H100, shared
+    assert sched.jobs["x"].progress_s == pytest.approx(265.0)  # all its V100 work kept
+    check_all(sched, decisions)
+
+
 def test_faster_types_follow_the_type_a_job_runs_on():
     sched = on_slow_type()
     assert sched.faster_types(sched.jobs["x"]) == ["H100"]

@@ -24,9 +24,11 @@ their first choice (the GPUs are counted as promised, so no other move takes the
 job still may). For them, moving takes `notice + overhead + (what is left after the notice) /
 r'`. Where jobs cannot save on notice (`notice_stop_s` = 0), a tier-3 job is stopped at once,
 losing its unsaved work, and restarts on the free GPUs in the same cycle. Tier-1 jobs are never
-preempted, and a move is a stop and a restart, so they never move. Fractional (S11) and
-inference jobs stay where they are. A job that started, or was resized, in this very cycle is
-not moved (the walk just chose its type). The move must respect the backfill
+preempted, and a move is a stop and a restart, so they never move. A fractional job (S11) moves
+like a whole one, by the same gain, when the faster type has a free GPU; placed as sharers are
+(best fit, a shared GPU with room first), it counts as taking that GPU. Inference jobs stay
+where they are. A job that started, or was resized, in this very cycle is not moved (the walk
+just chose its type). The move must respect the backfill
 reservation of the type it moves to (it must end before the reserved start or fit in the
 reservation's spare GPUs), so it never delays a blocked higher-priority job.
 
@@ -167,7 +169,6 @@ def movable(sched: SchedulerView, job: Job, now: float, rules: MoveRules) -> boo
         and job.tier != Tier.CORE
         and job.spec.walltime_s is not None
         and job.spec.kind == JobKind.TRAINING
-        and job.spec.gpu_milli == MILLI
         and not job.preempting
         and job.id not in sched.pending_stops
         and job.id not in sched.hold_of
