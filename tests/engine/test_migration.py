@@ -443,6 +443,31 @@ def test_a_flexible_job_moves_off_the_type_a_blocked_pinned_job_needs():
     assert starts(cycle(sched, 10.0))["p"].allocation.gpu_type == "H100"
 
 
+@pytest.mark.parametrize("second_flexible", [True, False])
+def test_the_jobs_sharing_a_gpu_make_way_together_or_not_at_all(second_flexible):
+    """Two half-GPU pods of team a share one H100 within a's quota; p needs the whole node.
+    The GPU frees only when both leave: both move to the V100s, or, where one of them runs
+    on the H100s only, neither does."""
+    sched = sched_with(teams=MAKE_WAY_TEAMS)
+    types = {"f1": EITHER, "f2": EITHER if second_flexible else FAST_ONLY}
+    for name, accepted in types.items():
+        pod = job(name, duration=1e5, walltime_s=1e5, gpu_types=accepted, gpu_milli=500)
+        sched.submit(pod, 0.0)
+    started = starts(cycle(sched, 0.0))
+    assert started["f1"].allocation == started["f2"].allocation  # one H100, shared
+    pinned = job("p", team="b", gpus=8, duration=3600.0, walltime_s=3600.0, gpu_types=FAST_ONLY)
+    sched.submit(pinned, 10.0)
+    decisions = cycle(sched, 10.0)
+    assert "p" not in starts(decisions)  # S2: team b may not suspend a's pods
+    if not second_flexible:
+        assert not preempts(decisions)
+        return
+    assert all("make way for job p" in preempts(decisions)[f].reason for f in types)
+    assert {starts(decisions)[f].allocation.gpu_type for f in types} == {"V100"}
+    assert starts(cycle(sched, 10.0))["p"].allocation.gpu_type == "H100"
+    check_all(sched, [])
+
+
 def test_a_flexible_job_that_can_save_makes_way_after_its_save():
     sched, decisions = pinned_behind_flexible(config=EngineConfig())
     order = preempts(decisions)["f"]
@@ -527,6 +552,7 @@ def test_no_way_is_made_without_moves_in_the_policy():
             st.integers(1, 4),  # GPUs
             st.floats(1e3, 1e6),  # run time (= its estimate)
             st.sampled_from([0.2, 0.6, 1.0]),  # speed on the V100s
+            st.sampled_from([1000, 500, 250]),  # its share of a GPU (under 1000: 1 GPU, shared)
         ),
         min_size=1,
         max_size=4,
@@ -535,15 +561,22 @@ def test_no_way_is_made_without_moves_in_the_policy():
     notice=st.sampled_from([0.0, 60.0]),
 )
 def test_making_way_keeps_the_invariants_and_every_job_completes(flexible, v100_busy, notice):
-    """Flexible jobs of team a on the H100 node within its quota, a pinned gang of team b
-    behind them, the V100s partly busy: every cycle keeps the invariants, every job ends, and
-    where jobs made way for the gang, it starts as soon as they have saved."""
+    """Flexible jobs of team a on the H100 node within its quota (some sharing GPUs), a
+    pinned gang of team b behind them, the V100s partly busy: every cycle keeps the
+    invariants, every job ends, and where jobs made way for the gang, it starts as soon as
+    they have saved."""
     teams = [Team("a", quota={"H100": 8}), Team("b")]
     specs = [
         job(
-            f"f{i}", tier=tier, gpus=n, duration=d, walltime_s=d, gpu_types={"H100": 1.0, "V100": s}
+            f"f{i}",
+            tier=tier,
+            gpus=n if milli == 1000 else 1,
+            duration=d,
+            walltime_s=d,
+            gpu_types={"H100": 1.0, "V100": s},
+            gpu_milli=milli,
         )
-        for i, (tier, n, d, s) in enumerate(flexible)
+        for i, (tier, n, d, s, milli) in enumerate(flexible)
     ]
     if v100_busy:
         specs.append(job("busy", team="b", gpus=v100_busy, duration=2e6, gpu_types={"V100": 1.0}))
