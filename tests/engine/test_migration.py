@@ -639,6 +639,14 @@ H100_NODES = 4  # nodes 0-3: racks f0 (0, 1) and f1 (2, 3), 8 GPUs in NVLink dom
     v100_busy=st.integers(0, 16),
     notice=st.sampled_from([0.0, 60.0]),
 )
+@example(  # one mover, on a node with 4 free GPUs ahead of another in their bucket
+    owners=[0, 3, -1, -1, 3, 3, -1, -1, 3, 3, 3, 3, 4, 4, 4, 4],
+    flexible=[(3, 1e5, 1.0)] * 6,
+    gang=(8, 1),
+    max_racks=None,
+    v100_busy=0,
+    notice=0.0,
+)
 @example(  # two movers on nodes with 4 free GPUs each, the second in line the cheaper
     owners=[0, 3, -1, -1, 1, 3, -1, -1, 3, 3, 3, 3, 4, 4, 4, 4],
     flexible=[(3, 1e5, 0.6), (3, 1e5, 1.0)] + [(3, 1e5, 1.0)] * 4,

@@ -424,7 +424,7 @@ def way_for(
         return None
     grace = _graces(sched, rules)
     stopping: list[Job] = []  # free their GPUs anyway
-    others: list[Job] = []  # might make way
+    others: list[Job] = []  # may make way where another type has room for them
     shared: dict[tuple, list[Job]] = {}  # fractional jobs, by the GPU they share
     for job in sched.running_by_type[t].values():
         alloc = job.allocation
@@ -434,7 +434,7 @@ def way_for(
             shared.setdefault(alloc.slots, []).append(job)
         elif job.preempting or job.id in sched.pending_stops:
             stopping.append(job)
-        elif alloc.gpus <= room:
+        elif alloc.gpus <= room and _may_make_way(sched, job, holder, now, rules, grace):
             others.append(job)
     # The plan below frees GPUs only by stopping some of these jobs: where even all of them
     # are too few by count, it would fail before touching anything, so none is weighed.
@@ -450,7 +450,7 @@ def way_for(
     }
     movers: list[tuple[Job, list[str]]] = []  # may make way, with the types they may go to
     for job in others:
-        targets = _way_off(sched, job, t, holder, now, rules, grace, left)
+        targets = _way_off(sched, job, t, left)
         if targets:
             movers.append((job, targets))
     groups = [  # a shared GPU frees only when every job on it leaves
@@ -469,11 +469,11 @@ def way_for(
     # plan's placements is tried, and no move is weighed where the order the plan would
     # release them in leaves no trace.
     if shortcuts and not may_place_after(index, req, (job.allocation for job in jobs)):
-        if _same_in_any_order(index, t, jobs):
-            ordered = [_option(index, t, job) for job in jobs]
-        else:
+        parts = _unranked(index, t, jobs)
+        if parts is None:
             ordered, _ = _by_cost(sched, t, stopping, movers, groups, grace, now)
-        _as_a_failed_plan_leaves(index, ordered)
+            parts = [(o.watts, _masks(o.part)) for o in ordered]
+        _as_a_failed_plan_leaves(index, parts)
         return None
     ordered, moves = _by_cost(sched, t, stopping, movers, groups, grace, now)
     plan = plan_preemption(index, req, ordered, placement)
@@ -539,34 +539,48 @@ def _by_cost(
     return [o for _, _, o in options], moves
 
 
-def _same_in_any_order(index: CapacityIndex, gpu_type: str, jobs: list[Job]) -> bool:
-    """Whether releasing and retaking the jobs' GPUs leaves the capacity index the same in
-    whatever order: each node with free GPUs among theirs goes to the end of its free-count
-    buckets, so at most one such node per free count; and every rack's power stays a whole
-    number of watts, whose sums (far below 2**53) are exact in any order."""
+Parts = list[tuple[float, list[tuple[int, int]]]]  # per victim: its watts per GPU, its masks
+
+
+def _masks(alloc: Allocation) -> list[tuple[int, int]]:
+    return [(node, gpus_to_mask(gpus)) for node, gpus in alloc.slots]
+
+
+def _unranked(index: CapacityIndex, gpu_type: str, jobs: list[Job]) -> Parts | None:
+    """Releases and retakes that leave the capacity index as releasing and retaking all the
+    jobs' GPUs in any order would, or None where the order matters.
+
+    A node with free GPUs that is released and retaken goes to the end of its free-count
+    buckets; with at most one such node per free count among theirs, one release and retake
+    on each leaves every bucket in the same order. Every rack's power stays where it was
+    when it and each victim's watts are whole numbers (far below 2**53: their sums are exact
+    in any order); otherwise the float sums depend on the order."""
     at: dict[int, int] = {}  # free count -> the node with free GPUs there
+    parts: dict[int, tuple[float, list[tuple[int, int]]]] = {}  # node -> one of its slots
     for job in jobs:
         w = index.watts_per_gpu(gpu_type, job.spec.power_profile)
         for node, gpus in job.allocation.slots:
             if not (w * len(gpus)).is_integer():
-                return False
+                return None
             if not index.rack_power[index.node_rack[node]].is_integer():
-                return False
+                return None
             k = index.free[node]
-            if k and at.setdefault(k, node) != node:
-                return False
-    return True
+            if not k:
+                continue  # in no bucket
+            if at.setdefault(k, node) != node:
+                return None
+            if node not in parts:
+                parts[node] = (w, [(node, gpus_to_mask(gpus))])
+    return list(parts.values())
 
 
-def _as_a_failed_plan_leaves(index: CapacityIndex, options: list[Option]) -> None:
-    """Leave the capacity index as `plan_preemption` leaves it when it releases every option
-    in turn (cheapest first) without placing the gang: the same releases and retakes, in the
-    same order, without its placements in between. The free GPUs end as they were, but each
-    node released and retaken goes to the end of its free-count buckets, an order later
-    placements read; kept so the shortcut changes no decision."""
-    parts = [
-        (o.watts, [(node, gpus_to_mask(gpus)) for node, gpus in o.part.slots]) for o in options
-    ]
+def _as_a_failed_plan_leaves(index: CapacityIndex, parts: Parts) -> None:
+    """Leave the capacity index as `plan_preemption` leaves it when it releases every victim
+    in turn (cheapest first) without placing the gang: the same releases and retakes (each
+    victim's GPU masks, `parts`), in the same order, without its placements in between. The
+    free GPUs end as they were, but each node released and retaken goes to the end of its
+    free-count buckets, an order later placements read; kept so the shortcut changes no
+    decision."""
     for w, slots in parts:
         for node, mask in slots:
             index.give(node, mask, w)
@@ -606,31 +620,37 @@ def _sharers_off(
         if job.preempting or job.id in sched.pending_stops:
             group.append((job, None))
             continue
-        targets = _way_off(sched, job, gpu_type, holder, now, rules, grace, left)
+        if not _may_make_way(sched, job, holder, now, rules, grace):
+            return None
+        targets = _way_off(sched, job, gpu_type, left)
         if not targets:
             return None
         group.append((job, targets))
     return group
 
 
-def _way_off(
+def _may_make_way(
     sched: SchedulerView,
     job: Job,
-    gpu_type: str,
     holder: Job,
     now: float,
     rules: MoveRules,
     grace: dict[int, float],
-    left: dict[tuple[str, int], int],
-) -> list[str]:
-    """The types a running job may move to off `gpu_type` for `holder`'s sake, roomiest
-    first; none where it may not make way: tier 1, a tier above the holder's, no other
-    accepted type with room now beyond what pending jobs pinned to it want (`left`, by type
-    and tier: as the walk's S7 rule) and at least `slower_type_min_speed` of its speed here."""
+) -> bool:
+    """Whether a running job may make way for `holder` at all: not tier 1 (`grace` has no
+    notice for it), not a tier above the holder's, and `movable`."""
     tier = int(job.tier)
-    if tier < int(holder.tier) or tier not in grace or not movable(sched, job, now, rules):
-        return []
-    n = job.gpus_held
+    return tier >= int(holder.tier) and tier in grace and movable(sched, job, now, rules)
+
+
+def _way_off(
+    sched: SchedulerView, job: Job, gpu_type: str, left: dict[tuple[str, int], int]
+) -> list[str]:
+    """The types a job that may make way can move to off `gpu_type`, roomiest first: other
+    accepted types with room now beyond what pending jobs pinned to them want (`left`, by
+    type and tier: as the walk's S7 rule) and at least `slower_type_min_speed` of its speed
+    here."""
+    n, tier = job.gpus_held, int(job.tier)
     spare = {  # what the type has left after the job and the pinned jobs
         u: room - n
         for u in sched.types_by_speed(job)
