@@ -154,31 +154,6 @@ def test_a_tier3_job_that_can_save_is_asked_to_and_moves_with_all_its_work():
     assert sched.jobs["x"].progress_s == pytest.approx(265.0)  # 1060 s at 0.25, all kept
 
 
-def test_fractional_jobs_move_to_the_fast_type_like_whole_ones_and_share_it():
-    """Two half-GPU pods started on a V100 they share, as the H100s were held; once the H100s
-    free up, both save and move there by the same gain as a whole job, and placement puts the
-    second onto the GPU the first opened (S11's sharing rules hold on the target)."""
-    sched = sched_with(teams=QUOTA, config=EngineConfig())
-    sched.submit(job("blocker", tier=1, gpus=8, duration=1000.0, gpu_types=FAST_ONLY), 0.0)
-    for name in ("x", "y"):
-        pod = job(name, duration=1e4, walltime_s=1e4, gpu_types=FLEX, gpu_milli=500)
-        sched.submit(pod, 0.0)
-    started = starts(cycle(sched, 0.0))
-    assert {started[p].allocation.gpu_type for p in "xy"} == {"V100"}
-    sched.finished("blocker", 1000.0)
-    decisions = cycle(sched, 1000.0)
-    assert set(preempts(decisions)) == {"x", "y"}
-    assert all(preempts(decisions)[p].checkpoint for p in "xy")
-    sched.stopped("x", 1060.0)
-    sched.stopped("y", 1060.0)
-    decisions = cycle(sched, 1060.0)
-    moved = {p: starts(decisions)[p].allocation for p in "xy"}
-    assert {a.gpu_type for a in moved.values()} == {"H100"}
-    assert moved["x"].slots == moved["y"].slots  # one H100, shared
-    assert sched.jobs["x"].progress_s == pytest.approx(265.0)  # all its V100 work kept
-    check_all(sched, decisions)
-
-
 def test_faster_types_follow_the_type_a_job_runs_on():
     sched = on_slow_type()
     assert sched.faster_types(sched.jobs["x"]) == ["H100"]
@@ -441,31 +416,6 @@ def test_a_flexible_job_moves_off_the_type_a_blocked_pinned_job_needs():
     assert starts(decisions)["f"].allocation.gpu_type == "V100"
     assert sched.policy.next_wakeup(sched, 10.0) == 10.0
     assert starts(cycle(sched, 10.0))["p"].allocation.gpu_type == "H100"
-
-
-@pytest.mark.parametrize("second_flexible", [True, False])
-def test_the_jobs_sharing_a_gpu_make_way_together_or_not_at_all(second_flexible):
-    """Two half-GPU pods of team a share one H100 within a's quota; p needs the whole node.
-    The GPU frees only when both leave: both move to the V100s, or, where one of them runs
-    on the H100s only, neither does."""
-    sched = sched_with(teams=MAKE_WAY_TEAMS)
-    types = {"f1": EITHER, "f2": EITHER if second_flexible else FAST_ONLY}
-    for name, accepted in types.items():
-        pod = job(name, duration=1e5, walltime_s=1e5, gpu_types=accepted, gpu_milli=500)
-        sched.submit(pod, 0.0)
-    started = starts(cycle(sched, 0.0))
-    assert started["f1"].allocation == started["f2"].allocation  # one H100, shared
-    pinned = job("p", team="b", gpus=8, duration=3600.0, walltime_s=3600.0, gpu_types=FAST_ONLY)
-    sched.submit(pinned, 10.0)
-    decisions = cycle(sched, 10.0)
-    assert "p" not in starts(decisions)  # S2: team b may not suspend a's pods
-    if not second_flexible:
-        assert not preempts(decisions)
-        return
-    assert all("make way for job p" in preempts(decisions)[f].reason for f in types)
-    assert {starts(decisions)[f].allocation.gpu_type for f in types} == {"V100"}
-    assert starts(cycle(sched, 10.0))["p"].allocation.gpu_type == "H100"
-    check_all(sched, [])
 
 
 def test_a_flexible_job_that_can_save_makes_way_after_its_save():

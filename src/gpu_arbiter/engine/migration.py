@@ -24,11 +24,9 @@ their first choice (the GPUs are counted as promised, so no other move takes the
 job still may). For them, moving takes `notice + overhead + (what is left after the notice) /
 r'`. Where jobs cannot save on notice (`notice_stop_s` = 0), a tier-3 job is stopped at once,
 losing its unsaved work, and restarts on the free GPUs in the same cycle. Tier-1 jobs are never
-preempted, and a move is a stop and a restart, so they never move. A fractional job (S11) moves
-like a whole one, by the same gain, when the faster type has a free GPU; placed as sharers are
-(best fit, a shared GPU with room first), it counts as taking that GPU. Inference jobs stay
-where they are. A job that started, or was resized, in this very cycle is not moved (the walk
-just chose its type). The move must respect the backfill
+preempted, and a move is a stop and a restart, so they never move. Fractional (S11) and
+inference jobs stay where they are. A job that started, or was resized, in this very cycle is
+not moved (the walk just chose its type). The move must respect the backfill
 reservation of the type it moves to (it must end before the reserved start or fit in the
 reservation's spare GPUs), so it never delays a blocked higher-priority job.
 
@@ -42,8 +40,7 @@ when the wait this saves the pinned job exceeds the time the moves add to the mo
 (save, restore, a slower rate), each job's time counted once as in the mean JCT, by the
 move's margins (`worth_moving`). The moved jobs are chosen as a preemption plan's victims are
 (`preemption.plan.plan_preemption`): the cheapest, and only those whose GPUs the pinned job
-is placed on; a move that would free GPUs it cannot use is not made. The jobs sharing a GPU
-(S11) free it only together: they move all of them or none, their costs added.
+is placed on; a move that would free GPUs it cannot use is not made.
 
 `plan_and_move` only reads the scheduler to choose the moves; `SchedulerView.move` carries a
 move out as a `Preempt` (grace 0) followed by a `Start` on the new allocation, the decisions
@@ -170,6 +167,7 @@ def movable(sched: SchedulerView, job: Job, now: float, rules: MoveRules) -> boo
         and job.tier != Tier.CORE
         and job.spec.walltime_s is not None
         and job.spec.kind == JobKind.TRAINING
+        and job.spec.gpu_milli == MILLI
         and not job.preempting
         and job.id not in sched.pending_stops
         and job.id not in sched.hold_of
@@ -425,21 +423,20 @@ def way_for(
     grace = _graces(sched, rules)
     stopping: list[Job] = []  # free their GPUs anyway
     others: list[Job] = []  # may make way where another type has room for them
-    shared: dict[tuple, list[Job]] = {}  # fractional jobs, by the GPU they share
     for job in sched.running_by_type[t].values():
         alloc = job.allocation
         if res.node is not None and res.node not in alloc.nodes:
             continue
         if job.spec.gpu_milli != MILLI:
-            shared.setdefault(alloc.slots, []).append(job)
-        elif job.preempting or job.id in sched.pending_stops:
+            continue  # a shared GPU frees only when every sharer stops
+        if job.preempting or job.id in sched.pending_stops:
             stopping.append(job)
         elif alloc.gpus <= room and _may_make_way(sched, job, holder, now, rules, grace):
             others.append(job)
     # The plan below frees GPUs only by stopping some of these jobs: where even all of them
     # are too few by count, it would fail before touching anything, so none is weighed.
     short = res.gpus - index.type_free[t]
-    if shortcuts and sum(job.allocation.gpus for job in (*stopping, *others)) + len(shared) < short:
+    if shortcuts and sum(job.allocation.gpus for job in (*stopping, *others)) < short:
         return None
     # Free GPUs of each other type beyond what pending jobs pinned to it want, by tier.
     left = {
@@ -453,14 +450,9 @@ def way_for(
         targets = _way_off(sched, job, t, left)
         if targets:
             movers.append((job, targets))
-    groups = [  # a shared GPU frees only when every job on it leaves
-        g
-        for js in shared.values()
-        if (g := _sharers_off(sched, js, t, holder, now, rules, grace, left)) is not None
-    ]
-    if not movers and not any(targets for g in groups for _, targets in g):
+    if not movers:
         return None
-    jobs = [*stopping, *(job for job, _ in movers), *(g[0][0] for g in groups)]
+    jobs = [*stopping, *(job for job, _ in movers)]
     if shortcuts and sum(job.allocation.gpus for job in jobs) < short:
         return None
     s = holder.spec
@@ -471,11 +463,11 @@ def way_for(
     if shortcuts and not may_place_after(index, req, (job.allocation for job in jobs)):
         parts = _unranked(index, t, jobs)
         if parts is None:
-            ordered, _ = _by_cost(sched, t, stopping, movers, groups, grace, now)
+            ordered, _ = _by_cost(sched, t, stopping, movers, grace, now)
             parts = [(o.watts, _masks(o.part)) for o in ordered]
         _as_a_failed_plan_leaves(index, parts)
         return None
-    ordered, moves = _by_cost(sched, t, stopping, movers, groups, grace, now)
+    ordered, moves = _by_cost(sched, t, stopping, movers, grace, now)
     plan = plan_preemption(index, req, ordered, placement)
     if plan is None:
         return None
@@ -509,13 +501,11 @@ def _by_cost(
     gpu_type: str,
     stopping: list[Job],
     movers: list[tuple[Job, list[str]]],
-    groups: list[list[tuple[Job, list[str] | None]]],
     grace: dict[int, float],
     now: float,
 ) -> tuple[list[Option], dict[str, Move]]:
     """The plan's victims, cheapest first (those stopping anyway, then the movers by the
-    time their move adds, a shared GPU's jobs (`groups`) by the time all their moves add),
-    and each mover's quickest move."""
+    time their move adds), and each mover's quickest move."""
     options: list[tuple[float, int, Option]] = []
     moves: dict[str, Move] = {}
     for job in stopping:
@@ -524,17 +514,6 @@ def _by_cost(
         m = _quickest(sched, job, targets, grace[int(job.tier)], now)
         moves[job.id] = m
         options.append((-m.gain_s, job.seq, _option(sched.index, gpu_type, job)))
-    for group in groups:
-        added = [
-            _quickest(sched, job, targets, grace[int(job.tier)], now)
-            for job, targets in group
-            if targets is not None
-        ]
-        moves.update((m.job.id, m) for m in added)
-        cost = -sum(m.gain_s for m in added) if added else -math.inf
-        sharers = tuple(job for job, _ in group)
-        seq = min(job.seq for job in sharers)
-        options.append((cost, seq, _shared_option(sched.index, gpu_type, sharers)))
     options.sort(key=lambda o: o[:2])
     return [o for _, _, o in options], moves
 
@@ -593,40 +572,6 @@ def _option(index: CapacityIndex, gpu_type: str, job: Job) -> Option:
     """Stopping `job` as a victim of the plan that places the pinned job."""
     w = index.watts_per_gpu(gpu_type, job.spec.power_profile)
     return Option((), (job,), None, job.allocation, w, True, ((job.allocation, job.borrowed),))
-
-
-def _shared_option(index: CapacityIndex, gpu_type: str, sharers: tuple[Job, ...]) -> Option:
-    """Stopping every job on one shared GPU as a victim of the plan that places the pinned
-    job."""
-    w = index.watts_per_gpu(gpu_type, sharers[0].spec.power_profile)
-    made_with = tuple((job.allocation, job.borrowed) for job in sharers)
-    return Option((), sharers, None, sharers[0].allocation, w, True, made_with)
-
-
-def _sharers_off(
-    sched: SchedulerView,
-    sharers: list[Job],
-    gpu_type: str,
-    holder: Job,
-    now: float,
-    rules: MoveRules,
-    grace: dict[int, float],
-    left: dict[tuple[str, int], int],
-) -> list[tuple[Job, list[str] | None]] | None:
-    """The jobs sharing one GPU, each with the types it may move to (`_way_off`; None: it is
-    stopping anyway), or None where one of them may not make way, which keeps the GPU."""
-    group: list[tuple[Job, list[str] | None]] = []
-    for job in sharers:
-        if job.preempting or job.id in sched.pending_stops:
-            group.append((job, None))
-            continue
-        if not _may_make_way(sched, job, holder, now, rules, grace):
-            return None
-        targets = _way_off(sched, job, gpu_type, left)
-        if not targets:
-            return None
-        group.append((job, targets))
-    return group
 
 
 def _may_make_way(
