@@ -221,6 +221,20 @@ class _Outlook:
             spec.duration_s,
         )
 
+    def never_worth(self, rate_new: float, overhead: float, rules: MoveRules) -> bool:
+        """Whether no later moment of this run can make the move worth it (`never_worth`)."""
+        spec = self.job.spec
+        return never_worth(
+            spec.walltime_s,
+            self.done,
+            self.rate,
+            rate_new,
+            overhead,
+            self.runs_on,
+            spec.duration_s,
+            rules,
+        )
+
 
 def candidate_moves(
     sched: SchedulerView, now: float, rules: MoveRules, free: dict[str, int]
@@ -251,7 +265,6 @@ def candidate_moves(
             if not faster or not movable(sched, job, now, rules):
                 continue
             look = _Outlook.of(sched, job, grace[int(job.tier)], now)
-            spec = job.spec
             best: Move | None = None
             for t in faster:
                 rate_new = look.rate_on(sched, t)
@@ -259,16 +272,7 @@ def candidate_moves(
                 if worth_moving(stay, move, rules):
                     if best is None or move < best.move_s:
                         best = Move(job, t, stay, move, look.notice)
-                elif never_worth(
-                    spec.walltime_s,
-                    look.done,
-                    look.rate,
-                    rate_new,
-                    overhead,
-                    look.runs_on,
-                    spec.duration_s,
-                    rules,
-                ):
+                elif look.never_worth(rate_new, overhead, rules):
                     ruled_out.append((job, t))
             if best is not None:
                 moves.append(best)
